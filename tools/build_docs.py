@@ -1,0 +1,254 @@
+#!/usr/bin/env python
+"""Build the documentation site offline, without Quarto: nbdev's notebook processing, then mkdocs-material + mkdocs-jupyter.
+
+    python tools/build_docs.py [--out site] [--work _mkdocs] [--no-source]
+
+1. Every notebook in `nbs/` and `kernels_nbs/` (nbdev's globbing: names starting with `_` or `.` are skipped) goes through
+   nbdev's own docs processors (`nbdev.processors.FilterDefaults`, what `nbdev-proc-nbs` runs): front matter from the title
+   cell, `#| hide` cells dropped, `show_doc` added after each exported definition, and the import, export and `show_doc`
+   cells executed (only those, in 2 worker processes) so that `show_doc` has its output. Other cells are not run: pages show
+   the notebooks as committed (clean, no outputs).
+2. What Quarto would have read is turned into what mkdocs-jupyter reads: front matter -> `# title` / `> description`,
+   `#| echo: false` -> a `remove_input` tag, other `#|` lines removed, keys nbformat rejects (`has_sd`,
+   `metadata.execution`) stripped, links between notebooks and nbdev's doc links made local.
+3. mkdocs builds the site (`mkdocs.yml` is written here, with a nav of the notebooks found). Nothing loads from outside:
+   no Google fonts, mermaid and MathJax come from `docs_assets/`, nbconvert's CDN macros are replaced by empty ones,
+   search is mkdocs-material's offline index.
+
+By default an exported cell's source is shown after its `show_doc`s, as nbdev shows `#| exports` cells: this is a book
+about the code (cells of imports only stay hidden). `--no-source` gives nbdev's default (`show_doc` only).
+"""
+from __future__ import annotations
+import argparse, ast, json, os, re, shutil, subprocess, sys, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = ROOT/'docs_assets'
+NB_DIRS = {'nbs': '', 'kernels_nbs': 'kernels'}  # source folder -> folder in the site
+SECTIONS = {'': None, 'kernels': 'Kernels'}
+
+# --- 1. nbdev processing (runs in worker processes) ---------------------------------------------------------------------
+
+def _rm_hidden(cell):
+    "nbdev's `rm_export`, but exported source stays (marked `exported`), except cells of imports only."
+    if cell.cell_type != 'code' or not cell.directives_: return
+    d = cell.directives_.keys()
+    if d & {'exporti', 'hide', 'default_exp'}: del cell['source']
+    elif d & {'export', 'exports'}:
+        trees = cell.parsed_()
+        if trees and all(isinstance(t, (ast.Import, ast.ImportFrom)) for t in trees): del cell['source']
+        else: cell.metadata['exported'] = True
+
+def _proc_one(item):
+    "Run nbdev's docs processors on one notebook (`src` -> `dst`), optionally keeping exported source."
+    src, dst, show_source = item
+    os.environ.setdefault('TRITON_INTERPRET', '1')  # kernel notebooks' export cells define @triton.jit functions
+    os.chdir(src.parent)  # as nbdev-test runs a notebook; nbdev's get_config() finds pyproject.toml from there
+    from fastcore.nbio import read_nb, write_nb
+    from nbdev.processors import FilterDefaults, rm_export, mv_exports, add_fold
+    class BookProcs(FilterDefaults):  # mv_exports misplaces show_docs after an exported cell with none: convert() reorders
+        def base_procs(self):
+            return [_rm_hidden if p is rm_export else p for p in super().base_procs() if p not in (mv_exports, add_fold)]
+    nb = read_nb(src)
+    os.environ['IN_TEST'] = '1'  # as nbdev's serve_drv: library code may check it
+    try: (BookProcs if show_source else FilterDefaults)()(nb)
+    finally: del os.environ['IN_TEST']
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    write_nb(nb, dst)
+    return str(dst)
+
+def find_notebooks():
+    "[(source path, folder in site)] for every notebook nbdev would document, index first."
+    from nbdev.doclinks import nbglob
+    res = []
+    for d, site_dir in NB_DIRS.items():
+        if (ROOT/d).is_dir(): res += [(Path(f), site_dir) for f in sorted(nbglob(ROOT/d, as_path=True))]
+    return sorted(res, key=lambda o: (o[1] != '', o[0].name != 'index.ipynb', str(o[0])))
+
+# --- 2. from Quarto's dialect to mkdocs-jupyter's ---------------------------------------------------------------------
+
+_re_dir = re.compile(r'^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
+
+def _directives(src):
+    "Leading `#|` directive lines -> (dict, the rest of the source)."
+    lines, d = src.splitlines(), {}
+    while lines and (m := _re_dir.match(lines[0])): d[m[1]] = m[2]; lines.pop(0)
+    return d, '\n'.join(lines)
+
+def _front_matter(src):
+    import yaml
+    m = re.match(r'^\s*---\s*\n(.*?)\n---\s*$', src, flags=re.S)
+    return (yaml.safe_load(m[1]) or {}) if m else None
+
+def _source(c): return ''.join(c['source']) if isinstance(c.get('source'), list) else c.get('source', '')
+
+_re_src_link = re.compile(r'^\[source\]\([^)]*\)(\{[^}]*\})?\s*$', re.M)  # show_doc's link to the code on GitHub
+_re_attr_link = re.compile(r'\[([^\]]*)\]\(([^)\s]+)\)\{([^}]*)\}')
+
+def _attr_links(md):
+    "Pandoc's `[text](url){key=\"value\"}` (in show_doc's output) -> an HTML link, which Python-Markdown understands."
+    def html(m):
+        attrs = ''.join(f' {k}="{v}"' for k, v in re.findall(r'([\w-]+)="([^"]*)"', m[3]))
+        return f'<a href="{m[2]}"{attrs}>{m[1]}</a>'
+    return _re_attr_link.sub(html, md)
+
+def convert(nb_path, src_rel, page, pages, doc_url, show_source=True):
+    "Rewrite the nbdev-processed notebook at `nb_path` for mkdocs-jupyter; returns the page title."
+    nb = json.loads(nb_path.read_text())
+    page_dir, src_dir = os.path.dirname(page), os.path.dirname(src_rel)
+    def fix(md):
+        def rel(target): return os.path.relpath(target, page_dir or '.').replace(os.sep, '/')
+        if doc_url: md = re.sub(re.escape(doc_url.rstrip('/')) + r'/([\w.-]+\.html)', lambda m: rel(m[1]), md)
+        def nb_link(m):
+            path, _, anchor = m[2].partition('#')
+            if re.match(r'^[a-z]+:', path) or not path.endswith('.ipynb'): return m[0]
+            tgt = pages.get(os.path.normpath(os.path.join(src_dir, path)))
+            return m[0] if tgt is None else f'{m[1]}({rel(tgt)}{"#" + anchor if anchor else ""})'
+        return re.sub(r'(\[[^\]]*\])\(([^)\s]+)\)', nb_link, md)
+    src_cells = nb['cells']
+    for i in range(len(src_cells)):  # exported source, then its show_docs -> the show_docs, then the source
+        if src_cells[i].get('metadata', {}).pop('exported', None):
+            j = i + 1
+            while j < len(src_cells) and src_cells[j].get('has_sd'): j += 1
+            src_cells[i:j] = src_cells[i + 1:j] + [src_cells[i]]
+    title, cells = None, []
+    for c in src_cells:
+        has_sd = c.pop('has_sd', None)
+        ran = c.get('metadata', {}).pop('execution', None)
+        if c['cell_type'] == 'code':
+            if ran and not has_sd: c['outputs'] = []  # run only for show_doc's sake: show it as committed
+            c['execution_count'] = None
+        src = _source(c)
+        if c['cell_type'] == 'raw' and (fm := _front_matter(src)) is not None:
+            title = fm.get('title')
+            md = (f'# {title}\n' if title else '') + (f'\n> {fm["description"]}\n' if fm.get('description') else '')
+            if md: cells.append({'cell_type': 'markdown', 'id': c.get('id', 'fm'), 'metadata': {}, 'source': md})
+            continue
+        if c['cell_type'] == 'markdown':
+            if src.strip().startswith('<!-- WARNING: THIS FILE WAS AUTOGENERATED'): continue
+            c['source'] = fix(src)
+        elif c['cell_type'] == 'code':
+            d, body = _directives(src)
+            if d.get('include') == 'false': continue
+            if d.get('output') == 'false': c['outputs'] = []
+            tags = c['metadata'].setdefault('tags', [])
+            if d.get('echo') == 'false' or not body.strip(): tags.append('remove_input')
+            if not tags: c['metadata'].pop('tags')
+            c['source'] = body
+            for o in c.get('outputs', []):
+                if 'text/markdown' in o.get('data', {}):
+                    md = _source({'source': o['data']['text/markdown']})
+                    if show_source: md = _re_src_link.sub('', md)  # the source is on the page already
+                    o['data']['text/markdown'] = fix(_attr_links(md))
+            if not body.strip() and not c.get('outputs'): continue
+        cells.append(c)
+    if not title:  # no front matter: the first heading
+        title = next((m[1] for c in cells if c['cell_type'] == 'markdown' and (m := re.search(r'^#\s+(.+)$', _source(c), re.M))), None)
+    nb['cells'] = cells
+    # widgets metadata makes nbconvert load the widget manager from a CDN; jupytext's is noise
+    nb['metadata'] = {'kernelspec': {'display_name': 'Python 3', 'language': 'python', 'name': 'python3'},
+                      'language_info': {'name': 'python'}}
+    nb_path.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+    return title or Path(page).stem
+
+# --- 3. mkdocs ------------------------------------------------------------------------------------------------------------
+
+MATHJAX_CONFIG = """window.MathJax = {
+  tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], displayMath: [['$$', '$$'], ['\\\\[', '\\\\]']], processEscapes: true},
+  options: {enableMenu: false, ignoreHtmlClass: 'mermaid'},
+  startup: {typeset: true}
+};
+"""
+
+EXTRA_CSS = """/* code cells are wide: give the content more room than mkdocs-material's default 61rem */
+.md-grid { max-width: 90rem; }
+"""
+
+EMPTY_MACROS = {  # nbconvert's templates load these from CDNs; our pages get them from docs_assets/ instead
+    'lab/mermaidjs.html.j2': '{%- macro mermaid_js(url="", elk_url="") -%}{%- endmacro %}\n',
+    'base/mathjax.html.j2': '{%- macro mathjax(url="") -%}{%- endmacro %}\n',
+}
+
+def mkdocs_config(site_dir, docs_dir, nav, cfg):
+    return {
+        'site_name': cfg.get('title', 'litevllm'),
+        'site_description': cfg.get('description', ''),
+        'docs_dir': str(docs_dir), 'site_dir': str(site_dir),
+        'use_directory_urls': False,  # pages are plain .html files: the site also opens from disk
+        'theme': {'name': 'material', 'font': False,  # font: false, else Google Fonts
+                  'features': ['navigation.sections', 'navigation.top', 'search.highlight', 'content.code.copy'],
+                  'palette': {'primary': 'indigo'}},
+        'plugins': [{'search': {'lang': 'en'}},
+                    {'mkdocs-jupyter': {'include': ['*.ipynb'], 'execute': False, 'cache': False,
+                                        'include_requirejs': False, 'ignore_h1_titles': False, 'toc_depth': 3, 'no_prompt': True,
+                                        'remove_tag_config': {'remove_input_tags': ['remove_input']}}}],
+        'markdown_extensions': [{'pymdownx.superfences': {'custom_fences': [
+            {'name': 'mermaid', 'class': 'mermaid', 'format': '!!python/name:pymdownx.superfences.fence_code_format'}]}}],
+        'extra_css': ['assets/extra.css'],
+        'extra_javascript': ['assets/mathjax-config.js', 'assets/tex-svg-full.js', 'assets/mermaid.min.js'],
+        'nav': nav,
+    }
+
+def write_yaml(d, path):
+    import yaml
+    txt = yaml.safe_dump(d, sort_keys=False, allow_unicode=True, width=200)
+    txt = txt.replace("'!!python/name:pymdownx.superfences.fence_code_format'", '!!python/name:pymdownx.superfences.fence_code_format')
+    path.write_text(txt)
+
+def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2, quiet=False):
+    "Build the site from the notebooks into `out`; returns the nav."
+    t0, out, work = time.time(), Path(out).resolve(), Path(work).resolve()
+    from nbdev.config import get_config
+    from fastcore.parallel import parallel
+    os.chdir(ROOT)  # nbdev reads its settings from the cwd up
+    cfg = get_config(ROOT)
+    if work.exists(): shutil.rmtree(work)
+    docs, tpl = work/'docs', work/'jupyter'/'nbconvert'/'templates'
+    nbs = find_notebooks()
+    if not nbs: sys.exit('no notebooks found in ' + ', '.join(NB_DIRS))
+    pages, items = {}, []
+    for src, site_dir in nbs:
+        from nbdev.config import nbpath2html
+        stem = 'index' if src.name == 'index.ipynb' else nbpath2html(src).stem  # Quarto's page name: config.html
+        page = os.path.join(site_dir, stem + '.ipynb')
+        pages[os.path.relpath(src, ROOT)] = page.replace('.ipynb', '.html')
+        items.append((src, docs/page, show_source))
+    if len(set(pages.values())) != len(pages): sys.exit(f'two notebooks map to one page: {pages}')
+    # spawn: a fresh interpreter per worker, so the build's own imports never leak into notebooks
+    parallel(_proc_one, items, n_workers=min(n_workers, len(items)), method='spawn', progress=False)
+    doc_url = (cfg.get('doc_host') or '').rstrip('/') + (cfg.get('doc_baseurl') or '')
+    nav, sections = [], {}
+    for (src, site_dir), (_, dst, _) in zip(nbs, items):
+        src_rel = os.path.relpath(src, ROOT)
+        title = convert(dst, src_rel, os.path.relpath(dst, docs), pages, doc_url, show_source)
+        entry = {title: os.path.relpath(dst, docs).replace(os.sep, '/')}
+        if SECTIONS.get(site_dir): sections.setdefault(SECTIONS[site_dir], []).append(entry)
+        else: nav.append(entry)
+    nav += [{k: v} for k, v in sections.items()]
+    (docs/'assets').mkdir(parents=True, exist_ok=True)
+    for f in ('mermaid.min.js', 'tex-svg-full.js'): shutil.copy(ASSETS/f, docs/'assets'/f)
+    (docs/'assets'/'mathjax-config.js').write_text(MATHJAX_CONFIG)
+    (docs/'assets'/'extra.css').write_text(EXTRA_CSS)
+    for name, txt in EMPTY_MACROS.items():
+        (tpl/name).parent.mkdir(parents=True, exist_ok=True)
+        (tpl/name).write_text(txt)
+    write_yaml(mkdocs_config(out.resolve(), docs, nav, cfg), work/'mkdocs.yml')
+    # JUPYTER_PATH comes first in nbconvert's template search: our empty macros shadow the CDN ones
+    env = dict(os.environ, NO_MKDOCS_2_WARNING='1', JUPYTER_PATH=os.pathsep.join(filter(None, [str(work/'jupyter'), os.environ.get('JUPYTER_PATH')])))
+    mkdocs = [sys.executable, '-m', 'mkdocs', 'build', '--clean', '--quiet', '-f', str(work/'mkdocs.yml')]
+    subprocess.run(mkdocs, check=True, env=env, cwd=work)
+    if not quiet: print(f'built {len(nbs)} notebooks into {out} in {time.time() - t0:.1f}s')
+    return nav
+
+if __name__ == '__main__':
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--out', default=str(ROOT/'site'), help='where the site goes (default: site/)')
+    p.add_argument('--work', default=str(ROOT/'_mkdocs'), help='scratch folder, wiped first (default: _mkdocs/, gitignored; '
+                   "a name starting with '_' keeps it out of nbdev's globbing)")
+    p.add_argument('--no-source', action='store_true', help="nbdev's default: show_doc only, no exported source")
+    p.add_argument('--n-workers', type=int, default=2)
+    a = p.parse_args()
+    # run as the module `build_docs`, not `__main__`, so spawned workers can unpickle `_proc_one` by name
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import build_docs
+    build_docs.build(Path(a.out).resolve(), Path(a.work).resolve(), show_source=not a.no_source, n_workers=a.n_workers)
