@@ -5,16 +5,16 @@
 # %% auto #0
 __all__ = ['store_kvcache_ref', 'store_kvcache']
 
-# %% ../../kernels_nbs/00_store_kvcache.ipynb #95160c65
+# %% ../../kernels_nbs/00_store_kvcache.ipynb #ed9b91f3
 import os
 import torch
+# no GPU: Triton's interpreter runs the kernels on CPU tensors. It must be on before triton is imported
+# (tl.zeros, tl.max... are @triton.jit functions themselves)
+if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
 import triton
 import triton.language as tl
 
-# %% ../../kernels_nbs/00_store_kvcache.ipynb #49c6dfad
-if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
-
-# %% ../../kernels_nbs/00_store_kvcache.ipynb #3c217447
+# %% ../../kernels_nbs/00_store_kvcache.ipynb #c0c5753e
 def store_kvcache_ref(
     key:torch.Tensor,           # [num_tokens, num_kv_heads, head_dim]
     value:torch.Tensor,         # [num_tokens, num_kv_heads, head_dim]
@@ -28,7 +28,7 @@ def store_kvcache_ref(
     k_cache.view(-1, num_kv_heads, head_dim)[slot_mapping[valid]] = key[valid]  # (slots, kv_heads, head_dim)
     v_cache.view(-1, num_kv_heads, head_dim)[slot_mapping[valid]] = value[valid]
 
-# %% ../../kernels_nbs/00_store_kvcache.ipynb #fb937909
+# %% ../../kernels_nbs/00_store_kvcache.ipynb #e9af6477
 @triton.jit
 def _store_kvcache_kernel(
     key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
@@ -47,7 +47,7 @@ def _store_kvcache_kernel(
     tl.store(k_cache_ptr + dst, tl.load(src_k, mask=mask), mask=mask)
     tl.store(v_cache_ptr + dst, tl.load(src_v, mask=mask), mask=mask)
 
-# %% ../../kernels_nbs/00_store_kvcache.ipynb #e103505e
+# %% ../../kernels_nbs/00_store_kvcache.ipynb #ccb9a319
 def store_kvcache(
     key:torch.Tensor,           # [num_tokens, num_kv_heads, head_dim]
     value:torch.Tensor,         # [num_tokens, num_kv_heads, head_dim]
