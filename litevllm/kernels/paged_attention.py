@@ -6,8 +6,8 @@
 __all__ = ['make_paged_batch', 'paged_attention_ref', 'paged_decode_attention', 'paged_prefill_attention', 'paged_attention',
            'bench_decode_attention']
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #faee0f8a
-import os, functools, math
+# %% ../../kernels_nbs/01_paged_attention.ipynb #ea3d4a45
+import os, functools
 import torch
 # no GPU: Triton's interpreter runs the kernels on CPU tensors. It must be on before triton is imported
 # (tl.zeros, tl.max... are @triton.jit functions themselves)
@@ -15,8 +15,9 @@ if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from triton.testing import do_bench
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #f2f1cb15
+# %% ../../kernels_nbs/01_paged_attention.ipynb #e261d388
 def make_paged_batch(
     q_lens:list,                # query tokens of each request this step (0: an empty entry)
     seq_lens:list,              # tokens of each request in the cache, its query tokens included
@@ -47,7 +48,7 @@ def make_paged_batch(
                 block_tables=block_tables, seq_lens=torch.tensor(seq_lens, device=device, dtype=torch.int32),
                 query_start_loc=q_start, max_query_len=max(q_lens, default=0), scale=head_dim ** -0.5)
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #d810dee4
+# %% ../../kernels_nbs/01_paged_attention.ipynb #9b9b5c38
 def paged_attention_ref(
     q:torch.Tensor,                # [num_tokens, num_heads, head_dim], requests' query tokens one after another
     k_cache:torch.Tensor,          # [num_blocks, block_size, num_kv_heads, head_dim]
@@ -78,7 +79,7 @@ def paged_attention_ref(
         out[s:e] = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).to(q.dtype)  # (q_len, heads, head_dim)
     return out
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #1ca8232a
+# %% ../../kernels_nbs/01_paged_attention.ipynb #d4c8ee37
 _BLOCK_N = 64  # key positions per tile
 _BLOCK_M = 64  # query rows per prefill tile (query tokens × query heads of one kv head)
 _LOG2E = 1.4426950408889634
@@ -105,7 +106,7 @@ def _precision(q):
     "(UPCAST, DOT_PRECISION): fp32 tiles under the interpreter; exact fp32 products for fp32 inputs on a GPU."
     return (not q.is_cuda) or q.dtype == torch.float32, "ieee" if q.dtype == torch.float32 else "tf32"
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #407ed9aa
+# %% ../../kernels_nbs/01_paged_attention.ipynb #087b1159
 @triton.jit
 def _paged_decode_kernel(
     out_ptr,        # num_splits == 1: output [B, H, D]; else the partial acc, fp32 [B, H, num_splits, D]
@@ -161,7 +162,7 @@ def _paged_decode_kernel(
         tl.store(l_ptr + row, l_i, mask=g_mask)
         tl.store(out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=g_mask[:, None])
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #aec97ff1
+# %% ../../kernels_nbs/01_paged_attention.ipynb #c0b5434e
 @triton.jit
 def _merge_splits_kernel(
     out_ptr, acc_ptr, m_ptr, l_ptr,  # out [B, H, D]; acc fp32 [B, H, S, D]; m, l fp32 [B, H, S]
@@ -181,7 +182,7 @@ def _merge_splits_kernel(
     o = tl.sum(acc * w[:, None], 0) / tl.where(denom > 0, denom, 1.0)  # (HEAD_DIM,)
     tl.store(out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty))
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #181b9dce
+# %% ../../kernels_nbs/01_paged_attention.ipynb #9b9f6bc7
 @functools.lru_cache
 def _num_sms(device_index): return torch.cuda.get_device_properties(device_index).multi_processor_count
 
@@ -191,7 +192,7 @@ def _decode_num_splits(num_programs:int, max_context:int, device:torch.device)->
     sms = _num_sms(device.index if device.index is not None else torch.cuda.current_device())
     return max(1, min(triton.cdiv(2 * sms, num_programs), triton.cdiv(max_context, 512), 32))
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #fcc6b98c
+# %% ../../kernels_nbs/01_paged_attention.ipynb #295f6847
 def paged_decode_attention(
     q:torch.Tensor,               # [B, num_heads, head_dim]: one query token per request
     k_cache:torch.Tensor,         # [num_blocks, block_size, num_kv_heads, head_dim]
@@ -229,7 +230,7 @@ def paged_decode_attention(
             NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim, num_warps=4)
     return out
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #c27d9c7a
+# %% ../../kernels_nbs/01_paged_attention.ipynb #2920e6e4
 @triton.jit
 def _paged_prefill_kernel(
     out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
@@ -283,7 +284,7 @@ def _paged_prefill_kernel(
     tl.store(out_ptr + tok[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
              o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #fbf2ab18
+# %% ../../kernels_nbs/01_paged_attention.ipynb #67a7bea2
 def paged_prefill_attention(
     q:torch.Tensor,                # [num_tokens, num_heads, head_dim], requests' query tokens one after another
     k_cache:torch.Tensor,          # [num_blocks, block_size, num_kv_heads, head_dim]
@@ -314,7 +315,7 @@ def paged_prefill_attention(
         UPCAST=upcast, DOT_PRECISION=precision, num_warps=4)
     return out
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #b056b86e
+# %% ../../kernels_nbs/01_paged_attention.ipynb #705b79a9
 def paged_attention(
     q:torch.Tensor,                # [num_tokens, num_heads, head_dim], requests' query tokens one after another
     k_cache:torch.Tensor,          # [num_blocks, block_size, num_kv_heads, head_dim]
@@ -331,7 +332,7 @@ def paged_attention(
         return paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, out=out)
     return paged_prefill_attention(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, scale, out=out)
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #f745e63a
+# %% ../../kernels_nbs/01_paged_attention.ipynb #a928a364
 def bench_decode_attention(
     batch_sizes=(1, 8, 32, 128),          # requests per decode step
     context_lens=(512, 2048, 8192),       # tokens in each request's cache
@@ -339,7 +340,6 @@ def bench_decode_attention(
     dtype:torch.dtype=torch.bfloat16,
 )->list[dict]:
     "Time `paged_decode_attention` vs SDPA on gathered K/V (CUDA only); one dict per (batch size, context length)."
-    from triton.testing import do_bench
     assert torch.cuda.is_available(), "bench_decode_attention needs a CUDA GPU"
     rows = []
     for B in batch_sizes:

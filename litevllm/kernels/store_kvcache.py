@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['store_kvcache_ref', 'store_kvcache']
 
-# %% ../../kernels_nbs/00_store_kvcache.ipynb #ed9b91f3
+# %% ../../kernels_nbs/00_store_kvcache.ipynb #97445bb4
 import os
 import torch
 # no GPU: Triton's interpreter runs the kernels on CPU tensors. It must be on before triton is imported
@@ -14,7 +14,7 @@ if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
 import triton
 import triton.language as tl
 
-# %% ../../kernels_nbs/00_store_kvcache.ipynb #c0c5753e
+# %% ../../kernels_nbs/00_store_kvcache.ipynb #38687223
 def store_kvcache_ref(
     key:torch.Tensor,           # [num_tokens, num_kv_heads, head_dim]
     value:torch.Tensor,         # [num_tokens, num_kv_heads, head_dim]
@@ -28,7 +28,7 @@ def store_kvcache_ref(
     k_cache.view(-1, num_kv_heads, head_dim)[slot_mapping[valid]] = key[valid]  # (slots, kv_heads, head_dim)
     v_cache.view(-1, num_kv_heads, head_dim)[slot_mapping[valid]] = value[valid]
 
-# %% ../../kernels_nbs/00_store_kvcache.ipynb #e9af6477
+# %% ../../kernels_nbs/00_store_kvcache.ipynb #4a1f7689
 @triton.jit
 def _store_kvcache_kernel(
     key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
@@ -47,7 +47,7 @@ def _store_kvcache_kernel(
     tl.store(k_cache_ptr + dst, tl.load(src_k, mask=mask), mask=mask)
     tl.store(v_cache_ptr + dst, tl.load(src_v, mask=mask), mask=mask)
 
-# %% ../../kernels_nbs/00_store_kvcache.ipynb #ccb9a319
+# %% ../../kernels_nbs/00_store_kvcache.ipynb #ea713d87
 def store_kvcache(
     key:torch.Tensor,           # [num_tokens, num_kv_heads, head_dim]
     value:torch.Tensor,         # [num_tokens, num_kv_heads, head_dim]

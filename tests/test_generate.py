@@ -1,0 +1,109 @@
+"End to end: litevllm's greedy output is token-for-token transformers' greedy output, whatever the batching."
+import pytest, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from litevllm import LLM, SamplingParams
+from litevllm.config import default_model_path
+from litevllm.models.llama import save_random_model
+
+PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):",
+           "List three colors:\n1.", "Water boils at", "The quick brown fox jumps over the lazy dog. " * 6,
+           "In 1492,", "Translate to French: I like apples.\n"]
+CHATS = [[{"role": "user", "content": "What is the capital of France?"}],
+         [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a prime number above 10."}]]
+MAX_NEW = 64
+
+
+def hf_greedy(model, ids, max_new):
+    "transformers' greedy continuation of one unpadded prompt, EOS and all."
+    out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False,
+                         max_new_tokens=max_new, pad_token_id=model.generation_config.eos_token_id, top_p=None, top_k=None, temperature=None)
+    return out[0, len(ids):].tolist()
+
+
+@pytest.fixture(scope="module")
+def default_model():
+    path = default_model_path()
+    return path, AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def references(default_model):
+    path, tok, hf = default_model
+    prompts = [tok(p).input_ids for p in PROMPTS]
+    prompts += [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=True)["input_ids"] for c in CHATS]
+    with torch.no_grad(): refs = [hf_greedy(hf, p, MAX_NEW) for p in prompts]
+    return prompts, refs
+
+
+def run(llm, prompts, max_new=MAX_NEW):
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(temperature=0, max_tokens=max_new), use_tqdm=False)
+    return [o.outputs[0].token_ids for o in outs]
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(),                                                              # everything in one step
+    dict(max_num_batched_tokens=48),                                     # prompts split over steps (chunked prefill)
+    dict(num_gpu_blocks_override=24, max_model_len=256, block_size=16),  # small pool: requests wait, get preempted
+    dict(enable_prefix_caching=False, max_num_seqs=3),
+], ids=["default", "chunked", "small-pool", "no-prefix-cache"])
+def test_greedy_matches_transformers(references, kwargs):
+    prompts, refs = references
+    llm = LLM(**({"max_model_len": 1024} | kwargs))
+    got = run(llm, prompts)
+    for i, (g, r) in enumerate(zip(got, refs)): assert g == r, f"prompt {i}: {g} != {r}"
+    pool = llm.llm_engine.engine_core.scheduler.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == pool.num_blocks
+
+
+def test_chat_and_text(default_model):
+    path, tok, hf = default_model
+    llm = LLM(max_model_len=512)
+    out = llm.chat(CHATS[0], SamplingParams(temperature=0, max_tokens=16), use_tqdm=False)[0]
+    ids = tok.apply_chat_template(CHATS[0], add_generation_prompt=True, tokenize=True)["input_ids"]
+    assert out.prompt_token_ids == ids
+    assert out.outputs[0].text == tok.decode(out.outputs[0].token_ids, skip_special_tokens=True)
+    assert "Paris" in out.outputs[0].text
+
+
+@pytest.mark.parametrize("model_type,overrides", [
+    ("llama", dict(num_key_value_heads=2)),                                   # GQA, tied
+    ("llama", dict(num_key_value_heads=4, tie_word_embeddings=False)),        # MHA, untied
+    ("qwen2", dict(num_key_value_heads=1)),                                   # qkv bias, MQA
+    ("qwen3", dict(num_key_value_heads=2, tie_word_embeddings=False)),        # q/k norms
+])
+def test_random_models_match_transformers(tmp_path, model_type, overrides):
+    path = save_random_model(tmp_path / model_type, model_type, **overrides)
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 40000, (n,), generator=g).tolist() for n in (3, 17, 40, 1, 64, 9)]
+    with torch.no_grad(): refs = [hf_greedy(hf, p, 24) for p in prompts]
+    for kw in (dict(), dict(max_num_batched_tokens=16, block_size=4, num_gpu_blocks_override=40, max_model_len=128)):
+        llm = LLM(str(path), **({"max_model_len": 256} | kw))
+        assert run(llm, prompts, 24) == refs, kw
+
+
+def test_bad_input_raises_before_anything_runs():
+    llm = LLM(max_model_len=128)
+    good = SamplingParams(temperature=0, max_tokens=4)
+    for prompts, params, field in [
+        (["ok", ""], good, "prompt"),
+        (["ok", {"prompt_token_ids": [1, 2, 10**7]}], good, "prompt_token_ids"),
+        (["ok", "x " * 200], good, "max_model_len"),
+        (["ok", "fine"], [good, SamplingParams(logprobs=10**3)], "logprobs"),
+        (["ok", 7], good, "prompt"),
+    ]:
+        with pytest.raises(ValueError, match=field): llm.generate(prompts, params, use_tqdm=False)
+        assert not llm.llm_engine.has_unfinished_requests()
+    for bad in [dict(temperature=-0.5), dict(top_p=0.0), dict(top_k=-3), dict(n=0), dict(max_tokens=-1), dict(stop=[""])]:
+        with pytest.raises(ValueError, match=list(bad)[0]): SamplingParams(**bad)
+    assert llm.generate("The capital of France is", SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)[0].outputs[0].text == " Paris."
+
+
+def test_hub_id_is_refused():
+    with pytest.raises(ValueError, match="not a local Hugging Face folder"): LLM("meta-llama/Llama-3.2-1B")
+
+
+def test_max_model_len_caps_with_length():
+    llm = LLM(max_model_len=32)
+    out = llm.generate({"prompt_token_ids": list(range(100, 120))}, SamplingParams(temperature=0, max_tokens=100, ignore_eos=True), use_tqdm=False)[0]
+    assert len(out.outputs[0].token_ids) == 12 and out.outputs[0].finish_reason == "length"
