@@ -2,6 +2,7 @@
 import pytest, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from litevllm import LLM, SamplingParams
+from litevllm.request import RequestStatus
 from litevllm.config import default_model_path
 from litevllm.models.llama import save_random_model
 
@@ -107,3 +108,66 @@ def test_max_model_len_caps_with_length():
     llm = LLM(max_model_len=32)
     out = llm.generate({"prompt_token_ids": list(range(100, 120))}, SamplingParams(temperature=0, max_tokens=100, ignore_eos=True), use_tqdm=False)[0]
     assert len(out.outputs[0].token_ids) == 12 and out.outputs[0].finish_reason == "length"
+
+
+def test_heavy_preemption_matches_transformers(references):
+    prompts, refs = references
+    llm = LLM(max_model_len=256, num_gpu_blocks_override=20, block_size=16)  # 320 slots for 10 requests of up to ~130 tokens
+    assert run(llm, prompts) == refs
+    stats = llm.llm_engine.get_stats()
+    assert stats.num_preemptions > 0 and stats.num_running_reqs == stats.num_waiting_reqs == 0
+    pool = llm.llm_engine.engine_core.scheduler.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == pool.num_blocks
+
+
+def test_shared_prefix_second_run_reports_cached_tokens():
+    system = "You are a helpful assistant who answers in one short sentence. " * 4
+    prompts = [system + q for q in ["What is 2+2?", "Name a color.", "What is the capital of Italy?"]]
+    sp = SamplingParams(temperature=0, max_tokens=16)
+    llm = LLM(max_model_len=512)
+    first = llm.generate(prompts, sp, use_tqdm=False)
+    second = llm.generate(prompts, sp, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in first] == [o.outputs[0].token_ids for o in second]
+    for o in second:  # everything but the last (partial) block and the last token comes from the cache
+        n = len(o.prompt_token_ids)
+        assert (n - 1) // 16 * 16 == o.num_cached_tokens > 0
+    off = LLM(max_model_len=512, enable_prefix_caching=False)
+    assert all(o.num_cached_tokens == 0 for o in off.generate(prompts, sp, use_tqdm=False) + off.generate(prompts, sp, use_tqdm=False))
+
+
+def test_priority_order_and_engine_api():
+    llm = LLM(max_model_len=256, scheduling_policy="priority", max_num_seqs=1)
+    outs = llm.generate(["a b c", "d e f", "g h i"], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
+                        priority=[2, 0, 1], use_tqdm=False)
+    order = sorted(range(3), key=lambda i: outs[i].metrics.first_token_time)
+    assert order == [1, 2, 0]
+    eng = llm.llm_engine
+    eng.add_request("low", "x y", SamplingParams(max_tokens=2), priority=5)
+    eng.add_request("high", "x y", SamplingParams(max_tokens=2), priority=-5)
+    first = None
+    while eng.has_unfinished_requests():
+        for o in eng.step():
+            first = first or o.request_id
+    assert first == "high"
+
+
+def test_abort_in_every_state_frees_blocks():
+    llm = LLM(max_model_len=256, max_num_seqs=1)
+    eng = llm.llm_engine
+    for rid in ("run", "wait", "done"): eng.add_request(rid, "Once upon a time", SamplingParams(max_tokens=50, ignore_eos=True))
+    eng.step()
+    sched = eng.engine_core.scheduler
+    assert sched.requests["run"].status == RequestStatus.RUNNING and sched.requests["wait"].status == RequestStatus.WAITING
+    eng.abort_request(["run", "wait", "never-existed"])
+    while eng.has_unfinished_requests(): eng.step()
+    eng.abort_request("done")  # finished: a no-op
+    pool = sched.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == pool.num_blocks and not sched.requests
+
+
+def test_log_stats_line(caplog):
+    import logging
+    llm = LLM(max_model_len=256, disable_log_stats=False, log_stats_interval=0.0)
+    with caplog.at_level(logging.INFO, logger="litevllm"):
+        llm.generate("Hello", SamplingParams(max_tokens=3), use_tqdm=False)
+    assert any("Running:" in r.message and "KV cache usage" in r.message for r in caplog.records)
