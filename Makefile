@@ -67,10 +67,11 @@ check-sync:
 	$(unchanged) "README.md is not up to date with nbs/index.ipynb: run \`make readme\` and commit" README.md -- $(MAKE) --no-print-directory readme
 
 # cells flagged `#| slow` or `#| gpu` (tst_flags) run only when named: make test NBFLAGS="slow gpu"
+# Two notebooks run at once on 2 cores: one torch thread each (two each would spin against each other).
 NBFLAGS ?=
 nbtest:
-	$(BIN)/nbdev-test --n-workers 2 --timing --flags "$(NBFLAGS)"
-	$(if $(KERNELS),$(BIN)/nbdev-test kernels_nbs --n-workers 2 --timing --flags "$(NBFLAGS)")
+	OMP_NUM_THREADS=1 $(BIN)/nbdev-test --n-workers 2 --timing --flags "$(NBFLAGS)"
+	$(if $(KERNELS),OMP_NUM_THREADS=1 $(BIN)/nbdev-test kernels_nbs --n-workers 2 --timing --flags "$(NBFLAGS)")
 
 # exit 5 is pytest's "no tests collected"
 pytest:
