@@ -10,14 +10,6 @@ from litevllm.scheduler import EngineCoreOutput
 from litevllm.output_processor import IncrementalDetokenizer, OutputProcessor, check_stop_strings
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    "One torch thread while this module runs: on a shared 2-core machine, two spinning threads make each step 3-5x slower."
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 CUM, DELTA, FINAL = RequestOutputKind.CUMULATIVE, RequestOutputKind.DELTA, RequestOutputKind.FINAL_ONLY
 
 

@@ -8,14 +8,6 @@ from litevllm.inputs import InputProcessor, get_tokenizer
 from litevllm.sampler import Sampler, make_sampling_metadata, apply_top_k_top_p, apply_min_p, gather_logprobs
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    "One torch thread while this module runs: on a shared 2-core machine, two spinning threads make each step 3-5x slower."
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 V = 40
 NEG = float("-inf")
 
