@@ -6,7 +6,7 @@
 __all__ = ['make_paged_batch', 'paged_attention_ref', 'paged_decode_attention', 'paged_prefill_attention', 'paged_attention',
            'bench_decode_attention']
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #ea3d4a45
+# %% ../../kernels_nbs/01_paged_attention.ipynb #1016f9d3
 import os, functools
 import torch
 # no GPU: Triton's interpreter runs the kernels on CPU tensors. It must be on before triton is imported
@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #e261d388
+# %% ../../kernels_nbs/01_paged_attention.ipynb #6471666e
 def make_paged_batch(
     q_lens:list,                # query tokens of each request this step (0: an empty entry)
     seq_lens:list,              # tokens of each request in the cache, its query tokens included
@@ -48,7 +48,7 @@ def make_paged_batch(
                 block_tables=block_tables, seq_lens=torch.tensor(seq_lens, device=device, dtype=torch.int32),
                 query_start_loc=q_start, max_query_len=max(q_lens, default=0), scale=head_dim ** -0.5)
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #9b9b5c38
+# %% ../../kernels_nbs/01_paged_attention.ipynb #2f9f3133
 def paged_attention_ref(
     q:torch.Tensor,                # [num_tokens, num_heads, head_dim], requests' query tokens one after another
     k_cache:torch.Tensor,          # [num_blocks, block_size, num_kv_heads, head_dim]
@@ -79,7 +79,7 @@ def paged_attention_ref(
         out[s:e] = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).to(q.dtype)  # (q_len, heads, head_dim)
     return out
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #d4c8ee37
+# %% ../../kernels_nbs/01_paged_attention.ipynb #8f43d165
 _BLOCK_N = 64  # key positions per tile
 _BLOCK_M = 64  # query rows per prefill tile (query tokens × query heads of one kv head)
 _LOG2E = 1.4426950408889634
@@ -106,7 +106,23 @@ def _precision(q):
     "(UPCAST, DOT_PRECISION): fp32 tiles under the interpreter; exact fp32 products for fp32 inputs on a GPU."
     return (not q.is_cuda) or q.dtype == torch.float32, "ieee" if q.dtype == torch.float32 else "tf32"
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #087b1159
+# %% ../../kernels_nbs/01_paged_attention.ipynb #ccfcd234
+@triton.jit
+def _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, stride_kb, stride_ks, stride_kh,
+                  stride_vb, stride_vs, stride_vh, BLOCK_SIZE:tl.constexpr, UPCAST:tl.constexpr):
+    "K and V rows of positions `pos` of one kv head, read through the block table row `bt_row`: (BLOCK_N, HEAD_DIM) each."
+    blk = tl.load(bt_row + pos // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)  # physical block of each position
+    off = pos % BLOCK_SIZE
+    k = tl.load(k_cache_ptr + blk[:, None] * stride_kb + off[:, None] * stride_ks + kvh * stride_kh + offs_d[None, :],
+                mask=n_mask[:, None], other=0.0)
+    v = tl.load(v_cache_ptr + blk[:, None] * stride_vb + off[:, None] * stride_vs + kvh * stride_vh + offs_d[None, :],
+                mask=n_mask[:, None], other=0.0)
+    if UPCAST:  # the interpreter gets bf16 arithmetic wrong, and fp32 accumulation is what we want anyway
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    return k, v
+
+# %% ../../kernels_nbs/01_paged_attention.ipynb #3300815d
 @triton.jit
 def _paged_decode_kernel(
     out_ptr,        # num_splits == 1: output [B, H, D]; else the partial acc, fp32 [B, H, num_splits, D]
@@ -135,15 +151,8 @@ def _paged_decode_kernel(
     for n0 in range(start, end, BLOCK_N):
         pos = n0 + offs_n  # (BLOCK_N,) key positions of this tile
         n_mask = pos < end
-        blk = tl.load(bt_row + pos // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)  # physical block of each position
-        off = pos % BLOCK_SIZE
-        k = tl.load(k_cache_ptr + blk[:, None] * stride_kb + off[:, None] * stride_ks + kvh * stride_kh + offs_d[None, :],
-                    mask=n_mask[:, None], other=0.0)  # (BLOCK_N, HEAD_DIM)
-        v = tl.load(v_cache_ptr + blk[:, None] * stride_vb + off[:, None] * stride_vs + kvh * stride_vh + offs_d[None, :],
-                    mask=n_mask[:, None], other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        k, v = _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, stride_kb, stride_ks, stride_kh,
+                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE, UPCAST)  # (BLOCK_N, HEAD_DIM) each
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2e  # (BLOCK_G, BLOCK_N)
         s = tl.where(n_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: the tile holds at least one position < end
@@ -162,7 +171,7 @@ def _paged_decode_kernel(
         tl.store(l_ptr + row, l_i, mask=g_mask)
         tl.store(out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=g_mask[:, None])
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #c0b5434e
+# %% ../../kernels_nbs/01_paged_attention.ipynb #dc95664d
 @triton.jit
 def _merge_splits_kernel(
     out_ptr, acc_ptr, m_ptr, l_ptr,  # out [B, H, D]; acc fp32 [B, H, S, D]; m, l fp32 [B, H, S]
@@ -182,7 +191,7 @@ def _merge_splits_kernel(
     o = tl.sum(acc * w[:, None], 0) / tl.where(denom > 0, denom, 1.0)  # (HEAD_DIM,)
     tl.store(out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty))
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #9b9f6bc7
+# %% ../../kernels_nbs/01_paged_attention.ipynb #67984c31
 @functools.lru_cache
 def _num_sms(device_index): return torch.cuda.get_device_properties(device_index).multi_processor_count
 
@@ -192,7 +201,7 @@ def _decode_num_splits(num_programs:int, max_context:int, device:torch.device)->
     sms = _num_sms(device.index if device.index is not None else torch.cuda.current_device())
     return max(1, min(triton.cdiv(2 * sms, num_programs), triton.cdiv(max_context, 512), 32))
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #295f6847
+# %% ../../kernels_nbs/01_paged_attention.ipynb #a3ada02b
 def paged_decode_attention(
     q:torch.Tensor,               # [B, num_heads, head_dim]: one query token per request
     k_cache:torch.Tensor,         # [num_blocks, block_size, num_kv_heads, head_dim]
@@ -230,7 +239,7 @@ def paged_decode_attention(
             NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim, num_warps=4)
     return out
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #2920e6e4
+# %% ../../kernels_nbs/01_paged_attention.ipynb #2affc766
 @triton.jit
 def _paged_prefill_kernel(
     out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
@@ -263,15 +272,8 @@ def _paged_prefill_kernel(
     for n0 in range(0, kv_end, BLOCK_N):
         pos = n0 + offs_n  # (BLOCK_N,)
         n_mask = pos < kv_end
-        blk = tl.load(bt_row + pos // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
-        off = pos % BLOCK_SIZE
-        k = tl.load(k_cache_ptr + blk[:, None] * stride_kb + off[:, None] * stride_ks + kvh * stride_kh + offs_d[None, :],
-                    mask=n_mask[:, None], other=0.0)  # (BLOCK_N, HEAD_DIM)
-        v = tl.load(v_cache_ptr + blk[:, None] * stride_vb + off[:, None] * stride_vs + kvh * stride_vh + offs_d[None, :],
-                    mask=n_mask[:, None], other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        k, v = _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, stride_kb, stride_ks, stride_kh,
+                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE, UPCAST)  # (BLOCK_N, HEAD_DIM) each
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2e  # (BLOCK_M, BLOCK_N)
         s = tl.where(n_mask[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: position 0 is in the first tile and every row sees it
@@ -284,7 +286,7 @@ def _paged_prefill_kernel(
     tl.store(out_ptr + tok[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
              o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #67a7bea2
+# %% ../../kernels_nbs/01_paged_attention.ipynb #b6e0ef83
 def paged_prefill_attention(
     q:torch.Tensor,                # [num_tokens, num_heads, head_dim], requests' query tokens one after another
     k_cache:torch.Tensor,          # [num_blocks, block_size, num_kv_heads, head_dim]
@@ -315,7 +317,7 @@ def paged_prefill_attention(
         UPCAST=upcast, DOT_PRECISION=precision, num_warps=4)
     return out
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #705b79a9
+# %% ../../kernels_nbs/01_paged_attention.ipynb #afa05e55
 def paged_attention(
     q:torch.Tensor,                # [num_tokens, num_heads, head_dim], requests' query tokens one after another
     k_cache:torch.Tensor,          # [num_blocks, block_size, num_kv_heads, head_dim]
@@ -332,7 +334,7 @@ def paged_attention(
         return paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, out=out)
     return paged_prefill_attention(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, scale, out=out)
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #a928a364
+# %% ../../kernels_nbs/01_paged_attention.ipynb #43993ad7
 def bench_decode_attention(
     batch_sizes=(1, 8, 32, 128),          # requests per decode step
     context_lens=(512, 2048, 8192),       # tokens in each request's cache
