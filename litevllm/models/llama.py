@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 # %% auto #0
 __all__ = ['SUPPORTED_ARCHITECTURES', 'RMSNorm', 'RotaryEmbedding', 'Attention', 'MLP', 'DecoderLayer', 'LlamaForCausalLM',
-           'load_weights', 'get_model', 'save_random_model', 'causal_attention']
+           'onednn_linear_available', 'PackedLinear', 'prepack_linears', 'linear_gflops', 'load_weights', 'get_model',
+           'save_random_model', 'causal_attention']
 
 # %% ../../nbs/06_models.ipynb #68db3f71
 class RMSNorm(nn.Module):
@@ -133,6 +134,54 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden): return self.lm_head(hidden).float()  # (rows, vocab), float32 for the sampler
 
+# %% ../../nbs/06_models.ipynb #e6684117
+def onednn_linear_available(dtype:torch.dtype) -> bool:
+    "Can torch's oneDNN pack and run linear weights of `dtype` on this CPU?"
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")): return False
+    if dtype == torch.float32: return True
+    return dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+class PackedLinear(nn.Module):
+    "An `nn.Linear` run by oneDNN, its weight reordered once into oneDNN's blocked layout (CPU; float32 or bfloat16)."
+    def __init__(self, linear:nn.Linear,
+                 batch_size_hint:int=32):  # rows oneDNN tunes the layout for (a decode batch)
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), batch_size_hint)  # opaque oneDNN tensor
+        self.bias = linear.bias
+    def forward(self, x):  # (rows, in) -> (rows, out)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+    def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+def prepack_linears(model:nn.Module) -> int:
+    "Replace every `nn.Linear` of a CPU `model` by a `PackedLinear` (the LM head too); returns how many were packed."
+    todo = [(name, m) for name, m in model.named_modules() if type(m) is nn.Linear]
+    if not todo or todo[0][1].weight.device.type != "cpu" or not onednn_linear_available(todo[0][1].weight.dtype): return 0
+    for name, m in todo:
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, attr, PackedLinear(m))
+    return len(todo)
+
+# %% ../../nbs/06_models.ipynb #7998100c
+def linear_gflops(shapes:list[tuple[int, int]], rows:int, dtype=torch.float32, reps:int=5) -> list[dict]:
+    "GFLOP/s of `nn.Linear` and of `PackedLinear` for each (in, out) shape at `rows` rows (best of `reps`)."
+    import time
+    def best(f):
+        f(); ts = []
+        for _ in range(reps): t0 = time.perf_counter(); f(); ts.append(time.perf_counter() - t0)
+        return min(ts)
+    out = []
+    with torch.inference_mode():
+        for k, n in shapes:
+            lin, x = nn.Linear(k, n, bias=False).to(dtype), torch.randn(rows, k, dtype=dtype)
+            flop = 2 * rows * k * n / 1e9
+            row = dict(shape=f"{k}x{n}", rows=rows, dtype=str(dtype).removeprefix("torch."), plain=flop / best(lambda: lin(x)))
+            if onednn_linear_available(dtype):
+                packed = PackedLinear(lin)
+                row["packed"] = flop / best(lambda: packed(x))
+            out.append(row)
+    return out
+
 # %% ../../nbs/06_models.ipynb #f1f0a899
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
 _PACKED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
@@ -185,7 +234,9 @@ def get_model(vllm_config) -> LlamaForCausalLM:
     for layer in model.layers: layer.self_attn.rope = rope
     if cfg.tie_word_embeddings: model.lm_head.weight = model.embed_tokens.weight
     load_weights(model, vllm_config.model_path)
-    return model.to(device=vllm_config.device, dtype=vllm_config.dtype).eval()
+    model = model.to(device=vllm_config.device, dtype=vllm_config.dtype).eval()
+    prepack_linears(model)  # CPU: oneDNN's blocked weights (a no-op on CUDA, or where oneDNN is missing)
+    return model
 
 # %% ../../nbs/06_models.ipynb #b81fbf0b
 def save_random_model(path, model_type:str="llama", seed:int=0, **overrides) -> Path:
