@@ -31,7 +31,7 @@ def run_store(num_tokens, num_kv_heads, head_dim, dtype, num_pad=3, num_blocks=8
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=ids)
-@pytest.mark.parametrize("num_kv_heads,head_dim", [(1, 64), (2, 128), (3, 64)])
+@pytest.mark.parametrize("num_kv_heads,head_dim", [(1, 64), (2, 128), (3, 64), (2, 24), (1, 80), (2, 96)])
 def test_store_kvcache(dtype, num_kv_heads, head_dim): run_store(20, num_kv_heads, head_dim, dtype)
 
 
@@ -116,10 +116,19 @@ def test_chunks_equal_whole_prompt():
     torch.testing.assert_close(run([19, 1]), whole, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("head_dim,num_heads,num_kv_heads", [(96, 2, 1), (64, 3, 2)])
-def test_rejects_bad_shapes(head_dim, num_heads, num_kv_heads):
-    batch = make_paged_batch([2], [2], num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
-    with pytest.raises(AssertionError): paged_attention(**batch)
+@pytest.mark.parametrize("head_dim", [24, 80, 96, 128])
+def test_any_head_dim(head_dim):
+    "Head dims that are not powers of two are padded to one inside the kernels and masked: same result as the reference."
+    run_attention(paged_attention, [1, 4, 17, 0], [40, 24, 17, 9], head_dim=head_dim, num_heads=4, num_kv_heads=2, seed=head_dim)
+    run_attention(paged_decode_attention, [1] * 3, [1, 17, 70], head_dim=head_dim, num_heads=4, num_kv_heads=2, num_splits=2)
+    run_attention(paged_decode_attention, [1] * 2, [5, 33], head_dim=head_dim, num_heads=3, num_kv_heads=3, dtype=torch.bfloat16)
+
+
+def test_rejects_bad_shapes():
+    batch = make_paged_batch([2], [2], num_heads=3, num_kv_heads=2, head_dim=64)
+    with pytest.raises(AssertionError, match="multiple"): paged_attention(**batch)
+    batch = make_paged_batch([2], [2], num_heads=2, num_kv_heads=1, head_dim=96)
+    with pytest.raises(AssertionError, match="head_dim"): paged_attention(batch["q"][..., :80].contiguous(), **{k: v for k, v in batch.items() if k != "q"})
 
 
 # --- compiled on a GPU: bigger shapes, the split-K heuristic, real bf16/fp16 tensor-core paths ---------------------------
@@ -140,7 +149,8 @@ def test_gpu_decode(dtype, num_heads, num_kv_heads, head_dim, block_size):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=ids)
-@pytest.mark.parametrize("num_heads,num_kv_heads,head_dim,block_size", [(32, 8, 128, 16), (16, 16, 64, 32), (28, 4, 128, 64)])
+@pytest.mark.parametrize("num_heads,num_kv_heads,head_dim,block_size", [(32, 8, 128, 16), (16, 16, 64, 32), (28, 4, 128, 64),
+                                                                      (32, 8, 80, 16), (12, 4, 96, 16)])
 def test_gpu_mixed_batch(dtype, num_heads, num_kv_heads, head_dim, block_size):
     q_lens, seq_lens = [1, 1000, 0, 37, 1, 512, 2000], [3000, 1000, 50, 1037, 64, 4096, 2000]  # decode, prefill, empty, extend, chunk
     run_attention(paged_attention, q_lens, seq_lens, dtype=dtype, device="cuda",

@@ -91,7 +91,7 @@ def _check_inputs(q, k_cache, v_cache, block_tables, seq_lens, out):
     assert k_cache.shape == v_cache.shape, f"k_cache {tuple(k_cache.shape)} != v_cache {tuple(v_cache.shape)}"
     assert kv_head_dim == head_dim, f"q head_dim {head_dim} != cache head_dim {kv_head_dim}"
     assert num_heads % num_kv_heads == 0, f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}"
-    assert head_dim >= 16 and head_dim & (head_dim - 1) == 0, f"head_dim {head_dim} must be a power of two >= 16"
+    assert 1 <= head_dim <= 512, f"head_dim {head_dim} must be in [1, 512]"
     assert block_size & (block_size - 1) == 0, f"block_size {block_size} must be a power of two"
     assert q.dtype == k_cache.dtype == v_cache.dtype, f"dtypes differ: q {q.dtype}, k {k_cache.dtype}, v {v_cache.dtype}"
     assert q.dtype in (torch.float32, torch.float16, torch.bfloat16), f"unsupported dtype {q.dtype}"
@@ -102,21 +102,25 @@ def _check_inputs(q, k_cache, v_cache, block_tables, seq_lens, out):
     if out is not None:
         assert out.shape == q.shape and out.dtype == q.dtype and out.stride(-1) == 1, f"out {tuple(out.shape)} {out.dtype} must match q"
 
+def _head_dim_padded(head_dim:int)->int:
+    "The tile width for `head_dim`: the next power of two, at least 16 (`tl.dot`'s minimum). 80 → 128, 24 → 32, 128 → 128."
+    return max(16, triton.next_power_of_2(head_dim))
+
 def _precision(q):
     "(UPCAST, DOT_PRECISION): fp32 tiles under the interpreter; exact fp32 products for fp32 inputs on a GPU."
     return (not q.is_cuda) or q.dtype == torch.float32, "ieee" if q.dtype == torch.float32 else "tf32"
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #ccfcd234
 @triton.jit
-def _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, stride_kb, stride_ks, stride_kh,
+def _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, d_mask, stride_kb, stride_ks, stride_kh,
                   stride_vb, stride_vs, stride_vh, BLOCK_SIZE:tl.constexpr, UPCAST:tl.constexpr):
-    "K and V rows of positions `pos` of one kv head, read through the block table row `bt_row`: (BLOCK_N, HEAD_DIM) each."
+    "K and V rows of positions `pos` of one kv head, read through the block table row `bt_row`: (BLOCK_N, HEAD_DIM_PADDED) each."
     blk = tl.load(bt_row + pos // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)  # physical block of each position
     off = pos % BLOCK_SIZE
     k = tl.load(k_cache_ptr + blk[:, None] * stride_kb + off[:, None] * stride_ks + kvh * stride_kh + offs_d[None, :],
-                mask=n_mask[:, None], other=0.0)
+                mask=n_mask[:, None] & d_mask[None, :], other=0.0)
     v = tl.load(v_cache_ptr + blk[:, None] * stride_vb + off[:, None] * stride_vs + kvh * stride_vh + offs_d[None, :],
-                mask=n_mask[:, None], other=0.0)
+                mask=n_mask[:, None] & d_mask[None, :], other=0.0)
     if UPCAST:  # the interpreter gets bf16 arithmetic wrong, and fp32 accumulation is what we want anyway
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -132,27 +136,28 @@ def _paged_decode_kernel(
     stride_qb, stride_qh, stride_ob, stride_oh,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
     tokens_per_split,
-    GROUP:tl.constexpr, BLOCK_G:tl.constexpr, HEAD_DIM:tl.constexpr, BLOCK_SIZE:tl.constexpr, BLOCK_N:tl.constexpr,
-    NUM_SPLITS:tl.constexpr, UPCAST:tl.constexpr, DOT_PRECISION:tl.constexpr,
+    GROUP:tl.constexpr, BLOCK_G:tl.constexpr, HEAD_DIM:tl.constexpr, HEAD_DIM_PADDED:tl.constexpr, BLOCK_SIZE:tl.constexpr,
+    BLOCK_N:tl.constexpr, NUM_SPLITS:tl.constexpr, UPCAST:tl.constexpr, DOT_PRECISION:tl.constexpr,
 ):
     b, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + b)
     start = split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, seq_len)
-    offs_g, offs_d, offs_n = tl.arange(0, BLOCK_G), tl.arange(0, HEAD_DIM), tl.arange(0, BLOCK_N)
+    offs_g, offs_d, offs_n = tl.arange(0, BLOCK_G), tl.arange(0, HEAD_DIM_PADDED), tl.arange(0, BLOCK_N)
+    d_mask = offs_d < HEAD_DIM  # the padding lanes: loaded as 0, never stored
     heads = kvh * GROUP + offs_g  # (BLOCK_G,): the query heads that read this kv head
     g_mask = offs_g < GROUP
-    q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=g_mask[:, None], other=0.0)
+    q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=g_mask[:, None] & d_mask[None, :], other=0.0)
     if UPCAST: q = q.to(tl.float32)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
-    acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)
+    acc = tl.zeros([BLOCK_G, HEAD_DIM_PADDED], tl.float32)
     bt_row = block_tables_ptr + b.to(tl.int64) * stride_bt
     for n0 in range(start, end, BLOCK_N):
         pos = n0 + offs_n  # (BLOCK_N,) key positions of this tile
         n_mask = pos < end
-        k, v = _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, stride_kb, stride_ks, stride_kh,
-                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE, UPCAST)  # (BLOCK_N, HEAD_DIM) each
+        k, v = _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, d_mask, stride_kb, stride_ks, stride_kh,
+                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE, UPCAST)  # (BLOCK_N, HEAD_DIM_PADDED) each
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2e  # (BLOCK_G, BLOCK_N)
         s = tl.where(n_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: the tile holds at least one position < end
@@ -164,32 +169,33 @@ def _paged_decode_kernel(
     if NUM_SPLITS == 1:
         o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # seq_len 0 (a padded batch row) gives zeros, not NaN
         tl.store(out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
-                 o.to(out_ptr.dtype.element_ty), mask=g_mask[:, None])
+                 o.to(out_ptr.dtype.element_ty), mask=g_mask[:, None] & d_mask[None, :])
     else:
         row = (b.to(tl.int64) * (tl.num_programs(1) * GROUP) + heads) * NUM_SPLITS + split  # (BLOCK_G,) index into [B, H, S]
         tl.store(m_ptr + row, m_i, mask=g_mask)
         tl.store(l_ptr + row, l_i, mask=g_mask)
-        tl.store(out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=g_mask[:, None])
+        tl.store(out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=g_mask[:, None] & d_mask[None, :])
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #dc95664d
 @triton.jit
 def _merge_splits_kernel(
     out_ptr, acc_ptr, m_ptr, l_ptr,  # out [B, H, D]; acc fp32 [B, H, S, D]; m, l fp32 [B, H, S]
     stride_ob, stride_oh,
-    NUM_SPLITS:tl.constexpr, BLOCK_S:tl.constexpr, HEAD_DIM:tl.constexpr,
+    NUM_SPLITS:tl.constexpr, BLOCK_S:tl.constexpr, HEAD_DIM:tl.constexpr, HEAD_DIM_PADDED:tl.constexpr,
 ):
     b, h = tl.program_id(0), tl.program_id(1)
     row = b.to(tl.int64) * tl.num_programs(1) + h
-    offs_s, offs_d = tl.arange(0, BLOCK_S), tl.arange(0, HEAD_DIM)
+    offs_s, offs_d = tl.arange(0, BLOCK_S), tl.arange(0, HEAD_DIM_PADDED)
+    d_mask = offs_d < HEAD_DIM
     s_mask = offs_s < NUM_SPLITS
     m = tl.load(m_ptr + row * NUM_SPLITS + offs_s, mask=s_mask, other=float("-inf"))  # (BLOCK_S,)
     l = tl.load(l_ptr + row * NUM_SPLITS + offs_s, mask=s_mask, other=0.0)
-    acc = tl.load(acc_ptr + (row * NUM_SPLITS + offs_s[:, None]) * HEAD_DIM + offs_d[None, :], mask=s_mask[:, None], other=0.0)
+    acc = tl.load(acc_ptr + (row * NUM_SPLITS + offs_s[:, None]) * HEAD_DIM + offs_d[None, :], mask=s_mask[:, None] & d_mask[None, :], other=0.0)
     m_max = tl.max(m, 0)
     w = tl.where(m > float("-inf"), tl.exp2(m - m_max), 0.0)  # empty splits weigh nothing
     denom = tl.sum(l * w, 0)
-    o = tl.sum(acc * w[:, None], 0) / tl.where(denom > 0, denom, 1.0)  # (HEAD_DIM,)
-    tl.store(out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty))
+    o = tl.sum(acc * w[:, None], 0) / tl.where(denom > 0, denom, 1.0)  # (HEAD_DIM_PADDED,)
+    tl.store(out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty), mask=d_mask)
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #67984c31
 @functools.lru_cache
@@ -232,11 +238,12 @@ def paged_decode_attention(
         acc, m, l, q, k_cache, v_cache, block_tables, seq_lens, scale * _LOG2E,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0), tokens_per_split,
-        GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
-        BLOCK_N=_BLOCK_N, NUM_SPLITS=num_splits, UPCAST=upcast, DOT_PRECISION=precision, num_warps=4)
+        GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
+        HEAD_DIM_PADDED=_head_dim_padded(head_dim), BLOCK_SIZE=block_size, BLOCK_N=_BLOCK_N, NUM_SPLITS=num_splits, UPCAST=upcast, DOT_PRECISION=precision, num_warps=4)
     if num_splits > 1:
         _merge_splits_kernel[(B, num_heads)](out, acc, m, l, out.stride(0), out.stride(1),
-            NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim, num_warps=4)
+            NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim,
+            HEAD_DIM_PADDED=_head_dim_padded(head_dim), num_warps=4)
     return out
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #2affc766
@@ -246,7 +253,8 @@ def _paged_prefill_kernel(
     scale_log2e,    # softmax scale × log2(e)
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-    GROUP:tl.constexpr, BLOCK_G:tl.constexpr, BLOCK_Q:tl.constexpr, HEAD_DIM:tl.constexpr, BLOCK_SIZE:tl.constexpr,
+    GROUP:tl.constexpr, BLOCK_G:tl.constexpr, BLOCK_Q:tl.constexpr, HEAD_DIM:tl.constexpr, HEAD_DIM_PADDED:tl.constexpr,
+    BLOCK_SIZE:tl.constexpr,
     BLOCK_N:tl.constexpr, UPCAST:tl.constexpr, DOT_PRECISION:tl.constexpr,
 ):
     qt, kvh, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -255,25 +263,26 @@ def _paged_prefill_kernel(
     if qt * BLOCK_Q >= q_len: return  # nothing left of this request for this tile
     seq_len = tl.load(seq_lens_ptr + b)
     context_len = seq_len - q_len
-    offs_m, offs_d, offs_n = tl.arange(0, BLOCK_Q * BLOCK_G), tl.arange(0, HEAD_DIM), tl.arange(0, BLOCK_N)
+    offs_m, offs_d, offs_n = tl.arange(0, BLOCK_Q * BLOCK_G), tl.arange(0, HEAD_DIM_PADDED), tl.arange(0, BLOCK_N)
+    d_mask = offs_d < HEAD_DIM  # the padding lanes: loaded as 0, never stored
     qi = qt * BLOCK_Q + offs_m // BLOCK_G  # (BLOCK_M,) query token of each row, within the request
     g = offs_m % BLOCK_G                   # (BLOCK_M,) head of each row, within the group
     row_mask = (qi < q_len) & (g < GROUP)
     heads = kvh * GROUP + g
     tok = (q_start + qi).to(tl.int64)
-    q = tl.load(q_ptr + tok[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :], mask=row_mask[:, None], other=0.0)
+    q = tl.load(q_ptr + tok[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :], mask=row_mask[:, None] & d_mask[None, :], other=0.0)
     if UPCAST: q = q.to(tl.float32)
     q_pos = context_len + qi  # (BLOCK_M,) absolute positions; rows past q_len see every key < kv_end, so no row is empty
     kv_end = tl.minimum(seq_len, context_len + (qt + 1) * BLOCK_Q)  # one past the last key this tile's queries see
     m_i = tl.full([BLOCK_Q * BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_Q * BLOCK_G], tl.float32)
-    acc = tl.zeros([BLOCK_Q * BLOCK_G, HEAD_DIM], tl.float32)
+    acc = tl.zeros([BLOCK_Q * BLOCK_G, HEAD_DIM_PADDED], tl.float32)
     bt_row = block_tables_ptr + b.to(tl.int64) * stride_bt
     for n0 in range(0, kv_end, BLOCK_N):
         pos = n0 + offs_n  # (BLOCK_N,)
         n_mask = pos < kv_end
-        k, v = _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, stride_kb, stride_ks, stride_kh,
-                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE, UPCAST)  # (BLOCK_N, HEAD_DIM) each
+        k, v = _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, d_mask, stride_kb, stride_ks, stride_kh,
+                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE, UPCAST)  # (BLOCK_N, HEAD_DIM_PADDED) each
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2e  # (BLOCK_M, BLOCK_N)
         s = tl.where(n_mask[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: position 0 is in the first tile and every row sees it
@@ -284,7 +293,7 @@ def _paged_prefill_kernel(
         m_i = m_new
     o = acc / l_i[:, None]
     tl.store(out_ptr + tok[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
-             o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+             o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #b6e0ef83
 def paged_prefill_attention(
@@ -313,7 +322,8 @@ def paged_prefill_attention(
         out, q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale * _LOG2E,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
-        GROUP=group, BLOCK_G=block_g, BLOCK_Q=block_q, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_N=_BLOCK_N,
+        GROUP=group, BLOCK_G=block_g, BLOCK_Q=block_q, HEAD_DIM=head_dim, HEAD_DIM_PADDED=_head_dim_padded(head_dim),
+        BLOCK_SIZE=block_size, BLOCK_N=_BLOCK_N,
         UPCAST=upcast, DOT_PRECISION=precision, num_warps=4)
     return out
 
