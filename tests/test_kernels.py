@@ -8,9 +8,10 @@ from litevllm.kernels.paged_attention import (make_paged_batch, paged_attention,
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TOL = {torch.float32: 1e-4, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 ids = lambda d: str(d).removeprefix("torch.")
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the small tests run compiled on a GPU machine, interpreted elsewhere
 
 
-def run_store(num_tokens, num_kv_heads, head_dim, dtype, num_pad=3, num_blocks=8, block_size=16, device="cpu", seed=0):
+def run_store(num_tokens, num_kv_heads, head_dim, dtype, num_pad=3, num_blocks=8, block_size=16, device=DEV, seed=0):
     "store_kvcache vs the reference on K/V that are strided views into one fused QKV tensor; padding slots anywhere."
     g = torch.Generator(device).manual_seed(seed)
     width = num_kv_heads * head_dim
@@ -36,9 +37,10 @@ def test_store_kvcache(dtype, num_kv_heads, head_dim): run_store(20, num_kv_head
 
 
 def test_store_kvcache_all_padding():
-    k_cache = torch.randn(2, 16, 2, 64); before = k_cache.clone()
-    store_kvcache(torch.ones(4, 2, 64), torch.ones(4, 2, 64), k_cache, k_cache.clone(), torch.full((4,), -1))
-    store_kvcache(torch.empty(0, 2, 64), torch.empty(0, 2, 64), k_cache, k_cache.clone(), torch.empty(0, dtype=torch.int64))
+    k_cache = torch.randn(2, 16, 2, 64, device=DEV); before = k_cache.clone()
+    ones, empty = torch.ones(4, 2, 64, device=DEV), torch.empty(0, 2, 64, device=DEV)
+    store_kvcache(ones, ones, k_cache, k_cache.clone(), torch.full((4,), -1, device=DEV))
+    store_kvcache(empty, empty, k_cache, k_cache.clone(), torch.empty(0, dtype=torch.int64, device=DEV))
     assert torch.equal(k_cache, before)
 
 
@@ -99,16 +101,16 @@ def test_out_is_written():
 
 def test_chunks_equal_whole_prompt():
     "store + attend a 20-token prompt in chunks (12+8, then 19+1 through the decode kernel) = in one go."
-    g = torch.Generator().manual_seed(0)
-    q, k, v = torch.randn(20, 2, 64, generator=g), torch.randn(20, 1, 64, generator=g), torch.randn(20, 1, 64, generator=g)
-    table = torch.tensor([[3, 1]], dtype=torch.int32)
+    g = torch.Generator(DEV).manual_seed(0)
+    q, k, v = (torch.randn(20, h, 64, generator=g, device=DEV) for h in (2, 1, 1))
+    table = torch.tensor([[3, 1]], dtype=torch.int32, device=DEV)
+    i32 = lambda *xs: torch.tensor(xs, dtype=torch.int32, device=DEV)
     def run(chunks):
-        k_cache, v_cache, outs, done = torch.zeros(4, 16, 1, 64), torch.zeros(4, 16, 1, 64), [], 0
+        k_cache, v_cache, outs, done = torch.zeros(4, 16, 1, 64, device=DEV), torch.zeros(4, 16, 1, 64, device=DEV), [], 0
         for c in chunks:
-            pos = torch.arange(done, done + c)
+            pos = torch.arange(done, done + c, device=DEV)
             store_kvcache(k[pos], v[pos], k_cache, v_cache, (table[0, pos // 16] * 16 + pos % 16).long())
-            outs.append(paged_attention(q[pos], k_cache, v_cache, table, torch.tensor([done + c], dtype=torch.int32),
-                                        torch.tensor([0, c], dtype=torch.int32), c, 64 ** -0.5))
+            outs.append(paged_attention(q[pos], k_cache, v_cache, table, i32(done + c), i32(0, c), c, 64 ** -0.5))
             done += c
         return torch.cat(outs)
     whole = run([20])

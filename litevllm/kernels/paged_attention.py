@@ -26,12 +26,13 @@ def make_paged_batch(
     head_dim:int=64,
     block_size:int=16,          # tokens per KV block
     dtype:torch.dtype=torch.float32,
-    device:str|torch.device="cpu",
+    device:str|torch.device|None=None,  # None: CUDA if there is a GPU, else CPU (the interpreter)
     seed:int=0,
     num_blocks:int|None=None,   # blocks in the cache; default: what the requests need plus 3 spare
 )->dict:
     "Random inputs for `paged_attention`: shuffled non-contiguous blocks, block-table rows padded with random valid ids."
     assert len(q_lens) == len(seq_lens) and all(0 <= q <= s for q, s in zip(q_lens, seq_lens)), (q_lens, seq_lens)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     g = torch.Generator(device).manual_seed(seed)
     needed = [triton.cdiv(s, block_size) for s in seq_lens]
     num_blocks = num_blocks or sum(needed) + 3
