@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['make_paged_batch', 'paged_attention_ref', 'paged_decode_attention', 'paged_prefill_attention', 'paged_attention',
-           'bench_decode_attention']
+           'measure_copy_bandwidth', 'bench_decode_attention', 'bench_prefill_attention']
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #1016f9d3
 import os, functools
@@ -83,6 +83,7 @@ def paged_attention_ref(
 # %% ../../kernels_nbs/01_paged_attention.ipynb #8f43d165
 _BLOCK_N = 64  # key positions per tile
 _BLOCK_M = 64  # query rows per prefill tile (query tokens × query heads of one kv head)
+_DECODE_WARPS = 4  # warps per decode program
 _LOG2E = 1.4426950408889634
 
 def _check_inputs(q, k_cache, v_cache, block_tables, seq_lens, out):
@@ -218,6 +219,9 @@ def paged_decode_attention(
     scale:float,                  # softmax scale
     out:torch.Tensor|None=None,   # [B, num_heads, head_dim], written if given
     num_splits:int|None=None,     # split-K programs per (request, kv head); None: chosen from the GPU's size
+    block_n:int|None=None,        # key positions per tile (tuning; default _BLOCK_N)
+    num_warps:int|None=None,      # warps per program (tuning; default _DECODE_WARPS)
+    num_stages:int|None=None,     # software-pipelining depth of the tile loop (tuning; default: Triton's)
 )->torch.Tensor:
     "Triton decode: each request's single query token attends to its `seq_lens[b]` cached positions."
     _check_inputs(q, k_cache, v_cache, block_tables, seq_lens, out)
@@ -227,8 +231,9 @@ def paged_decode_attention(
     out = torch.empty_like(q) if out is None else out
     if B == 0: return out
     max_context = block_tables.shape[1] * block_size  # upper bound on seq_lens, known without a host sync
+    block_n = block_n or _BLOCK_N
     num_splits = num_splits or _decode_num_splits(B * num_kv_heads, max_context, q.device)
-    tokens_per_split = triton.cdiv(triton.cdiv(max_context, num_splits), _BLOCK_N) * _BLOCK_N  # whole tiles per split
+    tokens_per_split = triton.cdiv(triton.cdiv(max_context, num_splits), block_n) * block_n  # whole tiles per split
     upcast, precision = _precision(q)
     if num_splits == 1: acc = m = l = out
     else:
@@ -240,7 +245,8 @@ def paged_decode_attention(
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0), tokens_per_split,
         GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-        HEAD_DIM_PADDED=_head_dim_padded(head_dim), BLOCK_SIZE=block_size, BLOCK_N=_BLOCK_N, NUM_SPLITS=num_splits, UPCAST=upcast, DOT_PRECISION=precision, num_warps=4)
+        HEAD_DIM_PADDED=_head_dim_padded(head_dim), BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, UPCAST=upcast, DOT_PRECISION=precision,
+        num_warps=num_warps or _DECODE_WARPS, **({} if num_stages is None else dict(num_stages=num_stages)))
     if num_splits > 1:
         _merge_splits_kernel[(B, num_heads)](out, acc, m, l, out.stride(0), out.stride(1),
             NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim,
@@ -346,32 +352,69 @@ def paged_attention(
     return paged_prefill_attention(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, scale, out=out)
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #43993ad7
+def measure_copy_bandwidth(nbytes:int=2**30, dtype=torch.bfloat16)->float:
+    "A device-to-device copy's bandwidth in GB/s, counting bytes read and written: the memory roofline decode can reach."
+    x = torch.empty(nbytes // torch.finfo(dtype).bits * 8, dtype=dtype, device="cuda")
+    y = torch.empty_like(x)
+    t = do_bench(lambda: y.copy_(x))  # ms
+    return 2 * nbytes / t / 1e6
+
 def bench_decode_attention(
-    batch_sizes=(1, 8, 32, 128),          # requests per decode step
-    context_lens=(512, 2048, 8192),       # tokens in each request's cache
-    num_heads:int=16, num_kv_heads:int=8, head_dim:int=128, block_size:int=16,
+    batch_sizes=(1, 8, 32, 64, 128, 256),  # requests per decode step
+    context_lens=(512, 2048, 8192),        # tokens in each request's cache
+    groups=(2, 4, 8),                      # GQA: query heads per kv head
+    num_kv_heads:int=8, head_dim:int=128, block_size:int=16,
     dtype:torch.dtype=torch.bfloat16,
+    sdpa:bool=True,                        # also time SDPA on K/V gathered into contiguous tensors
+    **kernel_kw,                           # tuning arguments of `paged_decode_attention` (block_n, num_warps, num_stages, num_splits)
 )->list[dict]:
-    "Time `paged_decode_attention` vs SDPA on gathered K/V (CUDA only); one dict per (batch size, context length)."
+    "Time `paged_decode_attention` (and SDPA on gathered K/V) on CUDA; one dict per (GQA group, batch size, context length)."
     assert torch.cuda.is_available(), "bench_decode_attention needs a CUDA GPU"
     rows = []
-    for B in batch_sizes:
-        for ctx in context_lens:
-            batch = make_paged_batch([1] * B, [ctx] * B, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-                                     block_size=block_size, dtype=dtype, device="cuda")
-            q, k_cache, v_cache, bt = batch["q"], batch["k_cache"], batch["v_cache"], batch["block_tables"]
-            nb = triton.cdiv(ctx, block_size)
-            gather = lambda cache: cache[bt[:, :nb].long()].reshape(B, nb * block_size, num_kv_heads, head_dim)[:, :ctx]  # (B, ctx, kv_heads, D)
-            k, v = (gather(c).transpose(1, 2).contiguous() for c in (k_cache, v_cache))  # (B, kv_heads, ctx, D)
-            out = torch.empty_like(q)
-            decode = lambda: paged_decode_attention(q, k_cache, v_cache, bt, batch["seq_lens"], batch["scale"], out=out)
-            sdpa = lambda: F.scaled_dot_product_attention(q[:, :, None], k, v, scale=batch["scale"], enable_gqa=True)  # (B, H, 1, D)
-            decode()
-            err = (out.float() - sdpa()[:, :, 0].float()).abs().max().item()
-            t_triton, t_sdpa = do_bench(decode), do_bench(sdpa)  # ms
-            nbytes = 2 * B * ctx * num_kv_heads * head_dim * k_cache.element_size()
-            rows.append(dict(batch_size=B, context_len=ctx, triton_us=round(t_triton * 1e3, 1), sdpa_us=round(t_sdpa * 1e3, 1),
-                             triton_GBps=round(nbytes / t_triton / 1e6), sdpa_GBps=round(nbytes / t_sdpa / 1e6),
-                             max_abs_err=err))
-            del batch, k_cache, v_cache, k, v
+    for group in groups:
+        for B in batch_sizes:
+            for ctx in context_lens:
+                batch = make_paged_batch([1] * B, [ctx] * B, num_heads=group * num_kv_heads, num_kv_heads=num_kv_heads,
+                                         head_dim=head_dim, block_size=block_size, dtype=dtype, device="cuda")
+                q, k_cache, v_cache, bt = batch["q"], batch["k_cache"], batch["v_cache"], batch["block_tables"]
+                out = torch.empty_like(q)
+                decode = lambda: paged_decode_attention(q, k_cache, v_cache, bt, batch["seq_lens"], batch["scale"], out=out, **kernel_kw)
+                decode()
+                t_triton = do_bench(decode)  # ms
+                nbytes = 2 * B * ctx * num_kv_heads * head_dim * k_cache.element_size()  # K and V read once
+                row = dict(group=group, batch_size=B, context_len=ctx, triton_us=round(t_triton * 1e3, 1),
+                           triton_GBps=round(nbytes / t_triton / 1e6))
+                if sdpa:
+                    nb = triton.cdiv(ctx, block_size)
+                    gather = lambda cache: cache[bt[:, :nb].long()].reshape(B, nb * block_size, num_kv_heads, head_dim)[:, :ctx]  # (B, ctx, kv_heads, D)
+                    k, v = (gather(c).transpose(1, 2).contiguous() for c in (k_cache, v_cache))  # (B, kv_heads, ctx, D)
+                    run_sdpa = lambda: F.scaled_dot_product_attention(q[:, :, None], k, v, scale=batch["scale"], enable_gqa=True)  # (B, H, 1, D)
+                    err = (out.float() - run_sdpa()[:, :, 0].float()).abs().max().item()
+                    t_sdpa = do_bench(run_sdpa)
+                    row |= dict(sdpa_us=round(t_sdpa * 1e3, 1), sdpa_GBps=round(nbytes / t_sdpa / 1e6), max_abs_err=err)
+                    del k, v
+                rows.append(row)
+                del batch, k_cache, v_cache, q, out
+    return rows
+
+def bench_prefill_attention(
+    prompt_lens=(512, 2048, 8192),  # tokens of each prompt (no cached prefix)
+    tokens:int=16384,               # prompt tokens per call: tokens // prompt_len prompts
+    num_heads:int=32, num_kv_heads:int=8, head_dim:int=128, block_size:int=16, dtype:torch.dtype=torch.bfloat16,
+)->list[dict]:
+    "TFLOP/s of `paged_prefill_attention` and of SDPA (flash, causal) on the same prompts, contiguous."
+    rows = []
+    for L in prompt_lens:
+        B = max(1, tokens // L)
+        batch = make_paged_batch([L] * B, [L] * B, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                                 block_size=block_size, dtype=dtype, device="cuda")
+        out = torch.empty_like(batch["q"])
+        t = do_bench(lambda: paged_prefill_attention(**batch, out=out))
+        q = batch["q"].view(B, L, num_heads, head_dim).transpose(1, 2)  # (B, H, L, D)
+        k = torch.randn(B, num_kv_heads, L, head_dim, device="cuda", dtype=dtype)
+        t_sdpa = do_bench(lambda: F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=True))
+        flops = 2 * 2 * B * num_heads * head_dim * L * L / 2  # QK^T and PV, causal: half the square
+        rows.append(dict(prompt_len=L, num_prompts=B, triton_ms=round(t, 3), triton_TFLOPs=round(flops / t / 1e9, 1),
+                         sdpa_ms=round(t_sdpa, 3), sdpa_TFLOPs=round(flops / t_sdpa / 1e9, 1)))
+        del batch, out, q, k
     return rows
