@@ -47,7 +47,7 @@ def test_kv_pool_from_profiling_run(model):
     hf_config = None
     blocks = {}
     for util in (0.3, 0.5):
-        llm = LLM(str(model), device="cuda", dtype="bfloat16", max_model_len=40960 // 40, max_num_seqs=100000,
+        llm = LLM(str(model), device="cuda", dtype="bfloat16", max_model_len=512, max_num_seqs=100000,
                   gpu_memory_utilization=util, enforce_eager=True)
         runner = llm.llm_engine.engine_core.model_runner
         blocks[util], hf_config = runner.num_blocks, llm.llm_engine.vllm_config.hf_config
