@@ -11,9 +11,9 @@ import numpy as np, torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['kv_cache_dtype', 'kv_cache_bytes_per_block', 'determine_num_blocks', 'allocate_kv_caches', 'AttentionMetadata',
-           'build_attention_metadata', 'plot_slots', 'TorchAttentionBackend', 'CPUAttentionBackend',
-           'TritonAttentionBackend', 'get_attention_backend']
+__all__ = ['kv_cache_dtype', 'kv_cache_bytes_per_block', 'profile_peak_memory', 'determine_num_blocks', 'allocate_kv_caches',
+           'AttentionMetadata', 'build_attention_metadata', 'plot_slots', 'TorchAttentionBackend',
+           'CPUAttentionBackend', 'TritonAttentionBackend', 'get_attention_backend']
 
 # %% ../nbs/07_attention.ipynb #2d696ff2
 def kv_cache_dtype(vllm_config) -> torch.dtype:
@@ -27,20 +27,48 @@ def kv_cache_bytes_per_block(hf_config, block_size:int, dtype:torch.dtype) -> in
     per_token = 2 * hf_config.num_hidden_layers * hf_config.num_key_value_heads * head_dim * torch.finfo(dtype).bits // 8
     return per_token * block_size
 
-def determine_num_blocks(vllm_config) -> int:
-    "The number of KV blocks for this config and machine."
+_CUDAGRAPH_RESERVE = 256 * 2**20  # CUDA-graph pool and allocator slack, kept out of the KV pool
+
+@torch.inference_mode()
+def profile_peak_memory(model, vllm_config) -> int:
+    "Peak bytes torch allocates (weights included) while `model` runs the largest step: max_num_batched_tokens tokens."
+    c, dev = vllm_config, vllm_config.device
+    n = c.max_num_batched_tokens
+    torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats(dev)
+    ids = torch.zeros(n, dtype=torch.long, device=dev)
+    pos = torch.arange(n, device=dev) % c.max_model_len
+    no_attention = lambda layer_idx, q, k, v: torch.empty_like(q)  # as vLLM's profile run: attention's own memory is small
+    hidden = model(ids, pos, no_attention)                          # (tokens, hidden)
+    logits = model.compute_logits(hidden[-min(c.max_num_seqs, n):])  # (rows, vocab) fp32, the sampler's input
+    logits.softmax(-1); logits.sort(-1)                             # the sampler's working copies (top-p sorts)
+    torch.cuda.synchronize(dev)
+    peak = torch.cuda.max_memory_allocated(dev)
+    del ids, pos, hidden, logits
+    torch.cuda.empty_cache()
+    return peak
+
+def determine_num_blocks(vllm_config, model=None) -> int:
+    "The number of KV blocks for this config and machine (on CUDA, from a profiling run of `model` when given)."
     c = vllm_config
     if c.num_gpu_blocks_override: return c.num_gpu_blocks_override
     per_block = kv_cache_bytes_per_block(c.hf_config, c.block_size, kv_cache_dtype(c))
     if c.kv_cache_memory_bytes: budget = c.kv_cache_memory_bytes
-    elif c.device.type == "cuda":
+    elif c.device.type == "cuda" and model is not None:
+        # vLLM's rule: the engine may use total × gpu_memory_utilization; the KV pool gets what the weights, the peak
+        # activations of a max-size step and the memory torch does not manage (CUDA context, cuBLAS workspaces) leave
+        peak = profile_peak_memory(model, c)
         free, total = torch.cuda.mem_get_info(c.device)
-        budget = int(total * c.gpu_memory_utilization) - (total - free) - 512 * 2**20  # room for activations
+        non_torch = total - free - torch.cuda.memory_reserved(c.device)
+        budget = int(total * c.gpu_memory_utilization) - peak - non_torch - _CUDAGRAPH_RESERVE
+    elif c.device.type == "cuda":  # no model to profile: a fixed guess for the activations
+        free, total = torch.cuda.mem_get_info(c.device)
+        budget = int(total * c.gpu_memory_utilization) - (total - free) - 512 * 2**20
     else: budget = 2 * 2**30
     # no point in more blocks than max_num_seqs requests of max_model_len tokens can use
     cap = c.max_num_seqs * -(-c.max_model_len // c.block_size)
     n = min(budget // per_block, cap)
-    if n < 1: raise ValueError(f"not enough memory for a single KV block ({per_block} bytes)")
+    if n < 1: raise ValueError(f"not enough memory for a single KV block ({per_block} bytes): raise gpu_memory_utilization "
+                               "or lower max_num_batched_tokens")
     return int(n)
 
 def allocate_kv_caches(hf_config, num_blocks:int, block_size:int, dtype, device) -> list[tuple[torch.Tensor, torch.Tensor]]:

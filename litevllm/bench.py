@@ -469,10 +469,16 @@ def cmd_kernels(ns) -> int:
     if not torch.cuda.is_available():
         print("litevllm bench kernels: no CUDA GPU here; the Triton kernels are benchmarked on a GPU only (exit status 2)", file=sys.stderr)
         return 2
-    from litevllm.kernels.paged_attention import bench_decode_attention
-    rows = bench_decode_attention()
-    print(format_table(rows))
-    write_report(ns.output_json, "kernels", rows, device=torch.cuda.get_device_name(0))
+    from litevllm.kernels.paged_attention import bench_decode_attention, bench_prefill_attention, measure_copy_bandwidth
+    copy = measure_copy_bandwidth()
+    print(f"{torch.cuda.get_device_name(0)}: device-to-device copy {copy:.0f} GB/s (read + write)", flush=True)
+    decode = bench_decode_attention(batch_sizes=ns.batch_sizes, context_lens=ns.context_lens, groups=ns.groups)
+    for r in decode: r["pct_of_copy"] = round(100 * r["triton_GBps"] / copy, 1)
+    print("\nDecode attention (bf16, head_dim 128, 8 KV heads):\n" + format_table(decode), flush=True)
+    prefill = bench_prefill_attention()
+    print("\nPrefill attention (bf16, 32 heads, 8 KV heads, head_dim 128, 16k tokens a call):\n" + format_table(prefill))
+    write_report(ns.output_json, "kernels", decode, device=torch.cuda.get_device_name(0), copy_GBps=copy, prefill=prefill,
+                 torch_version=torch.__version__, triton_version=__import__("triton").__version__)
     return 0
 
 # %% ../nbs/30_benchmarks.ipynb #3c9bde31
@@ -508,8 +514,11 @@ def add_cli(subparsers):
     s.add_argument("--no-tqdm", action="store_true")
     add_workload_args(s)
     s.set_defaults(func=cmd_serve)
-    k = sub.add_parser("kernels", help="the Triton paged-decode kernel vs SDPA (CUDA only; exits 2 without CUDA)")
+    k = sub.add_parser("kernels", help="the Triton attention kernels: decode bandwidth vs a copy, prefill TFLOP/s (CUDA only; exits 2 without CUDA)")
     k.add_argument("--output-json", default=None)
+    k.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256])
+    k.add_argument("--context-lens", type=int, nargs="+", default=[512, 2048, 8192])
+    k.add_argument("--groups", type=int, nargs="+", default=[2, 4, 8], help="GQA: query heads per KV head")
     k.set_defaults(func=cmd_kernels)
 
 # %% ../nbs/30_benchmarks.ipynb #027f6bb8

@@ -22,7 +22,8 @@ def add_engine_args(p:argparse.ArgumentParser):
         if t is bool: p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
         else:
             base = next((a for a in typing.get_args(t) if a is not type(None)), t)
-            p.add_argument(flag, type=base, default=f.default)
+            if typing.get_origin(base) is list: p.add_argument(flag, type=typing.get_args(base)[0], nargs="+", default=f.default)  # --cudagraph-capture-sizes 1 2 4
+            else: p.add_argument(flag, type=base, default=f.default)
 
 def engine_kwargs(ns:argparse.Namespace) -> dict:
     "The EngineArgs keywords (all but `model`) given on the command line."

@@ -48,7 +48,8 @@ class EngineArgs:
     attention_backend: str = "auto"        # auto (triton on CUDA, cpu on CPU) | cpu | torch (the reference) | triton
     disable_log_stats: bool = True         # False: log a stats line every `log_stats_interval` seconds
     log_stats_interval: float = 5.0
-    enforce_eager: bool = True             # accepted for vLLM compatibility; there are no CUDA graphs here
+    enforce_eager: bool = False            # True: no CUDA graphs (decode steps run eagerly, kernel by kernel)
+    cudagraph_capture_sizes: list[int]|None = None  # decode batch sizes captured as CUDA graphs; None: 1, 2, 4, 8, 16, ... up to max_num_seqs
     trust_remote_code: bool = False        # accepted for vLLM compatibility; remote code is never run
 
     def __post_init__(self):
@@ -67,6 +68,8 @@ class EngineArgs:
         check(self.max_logprobs >= 0, "max_logprobs", "must be >= 0")
         check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device", "must be auto, cpu or cuda")
         check(self.attention_backend in ("auto", "cpu", "torch", "triton"), "attention_backend", "must be auto, cpu, torch or triton")
+        check(self.cudagraph_capture_sizes is None or (len(self.cudagraph_capture_sizes) > 0 and all(isinstance(s, int) and s >= 1 for s in self.cudagraph_capture_sizes)),
+              "cudagraph_capture_sizes", "must be a non-empty list of positive batch sizes")
 
     @classmethod
     def field_names(cls): return [f.name for f in fields(cls)]

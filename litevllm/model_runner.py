@@ -16,7 +16,8 @@ from .sampler import Sampler, make_sampling_metadata, gather_logprobs, LogprobsT
 from .scheduler import SchedulerOutput
 
 # %% auto #0
-__all__ = ['EMPTY_MODEL_RUNNER_OUTPUT', 'CachedRequestState', 'ModelRunnerOutput', 'ModelRunner']
+__all__ = ['EMPTY_MODEL_RUNNER_OUTPUT', 'CachedRequestState', 'ModelRunnerOutput', 'ModelRunner', 'default_capture_sizes',
+           'padded_batch_size']
 
 # %% ../nbs/09_model_runner.ipynb #1560f5e7
 @dataclass
@@ -53,13 +54,14 @@ class ModelRunner:
         self.device, self.block_size = c.device, c.block_size
         self.model = get_model(c)
         self.vocab_size = c.hf_config.vocab_size
-        self.num_blocks = determine_num_blocks(c)
+        self.num_blocks = determine_num_blocks(c, self.model)  # on CUDA: from a profiling run of the model
         self.kv_caches = allocate_kv_caches(c.hf_config, self.num_blocks, c.block_size, kv_cache_dtype(c), c.device)
         head_dim = self.model.layers[0].self_attn.head_dim
         self.attn = get_attention_backend(c.attention_backend, self.kv_caches, c.block_size, head_dim ** -0.5)
         self.sampler = Sampler(torch.Generator(device=c.device).manual_seed(c.seed))
         self.requests: dict[str, CachedRequestState] = {}
         self.timings: dict[str, float] = {}   # seconds of the last step: prepare, forward, sample
+        self.capture_model()                  # CUDA graphs of the decode step (CUDA, Triton backend, not enforce_eager)
 
 # %% ../nbs/09_model_runner.ipynb #313032eb
 from fastcore.basics import patch
@@ -108,7 +110,7 @@ def execute_model(self:ModelRunner, so:SchedulerOutput) -> ModelRunnerOutput:
     md = build_attention_metadata(qlens, slens, tables, self.block_size, dev)
     self.attn.prepare(md)
     t1 = time.perf_counter()
-    hidden = self.model(input_ids, positions, self.attn)     # (tokens, hidden)
+    hidden = self._forward(input_ids, positions, md)         # (tokens, hidden); a CUDA graph replay for a decode batch
     logits = self.model.compute_logits(hidden[sample_rows])  # (sampling requests, vocab)
     prompt_lps = {}
     for rid, a, b, targets, k in plp:
@@ -131,3 +133,66 @@ def execute_model(self:ModelRunner, so:SchedulerOutput) -> ModelRunnerOutput:
     t3 = time.perf_counter()
     self.timings = dict(prepare=t1 - t0, forward=t2 - t1, sample=t3 - t2)
     return ModelRunnerOutput(sample_ids, {r: i for i, r in enumerate(sample_ids)}, tokens, lps, prompt_lps)
+
+# %% ../nbs/09_model_runner.ipynb #6802cca3
+def default_capture_sizes(max_num_seqs:int) -> list[int]:
+    "vLLM's decode batch sizes for CUDA graphs, up to `max_num_seqs`: 1, 2, 4, 8, 16, ..., 248, 256, 272, ..., 512."
+    sizes = [s for s in [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16)) if s <= max_num_seqs]
+    return sizes if max_num_seqs in sizes or max_num_seqs > 512 else sizes + [max_num_seqs]
+
+def padded_batch_size(sizes:list[int], n:int) -> int|None:
+    "The smallest captured size that holds `n` requests (`sizes` sorted), None if none does."
+    return next((s for s in sizes if s >= n), None)
+
+# %% ../nbs/09_model_runner.ipynb #24c291c4
+from .attention import AttentionMetadata
+
+# %% ../nbs/09_model_runner.ipynb #f2f329fb
+@patch
+def _static_metadata(self:ModelRunner, n:int) -> AttentionMetadata:
+    "The attention metadata of an `n`-request decode step, as views of the static buffers."
+    s = self.static
+    return AttentionMetadata(s["slot_mapping"][:n], s["query_start_loc"][:n + 1], s["seq_lens"][:n], s["block_tables"][:n],
+                             1, self.config.max_model_len, np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+
+@patch
+def capture_model(self:ModelRunner):
+    "Capture a CUDA graph of the decode forward for each size in `cudagraph_capture_sizes` (CUDA, Triton backend only)."
+    c, dev = self.config, self.device
+    self.cudagraphs, self.cudagraph_sizes, self.capture_seconds = {}, [], 0.0
+    if c.enforce_eager or dev.type != "cuda" or self.attn.name != "triton": return
+    sizes = sorted(set(c.cudagraph_capture_sizes or default_capture_sizes(c.max_num_seqs)))
+    N, max_blocks = sizes[-1], -(-c.max_model_len // c.block_size)
+    i64, i32 = dict(dtype=torch.int64, device=dev), dict(dtype=torch.int32, device=dev)
+    self.static = s = dict(input_ids=torch.zeros(N, **i64), positions=torch.zeros(N, **i64),
+                           slot_mapping=torch.full((N,), -1, **i64), seq_lens=torch.zeros(N, **i32),
+                           block_tables=torch.zeros(N, max_blocks, **i32), query_start_loc=torch.arange(N + 1, **i32))
+    pool, t0 = torch.cuda.graph_pool_handle(), time.perf_counter()
+    with torch.inference_mode():
+        for n in reversed(sizes):
+            self.attn.prepare(self._static_metadata(n))
+            self.model(s["input_ids"][:n], s["positions"][:n], self.attn)  # warm-up, eagerly
+            torch.cuda.synchronize(dev)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool):
+                out = self.model(s["input_ids"][:n], s["positions"][:n], self.attn)  # (n, hidden), in the pool
+            self.cudagraphs[n] = (g, out)
+    torch.cuda.synchronize(dev)
+    self.cudagraph_sizes, self.capture_seconds = sizes, time.perf_counter() - t0
+
+# %% ../nbs/09_model_runner.ipynb #3b8abd0e
+@patch
+def _forward(self:ModelRunner, input_ids, positions, md:AttentionMetadata):
+    "The model's forward for this step: a CUDA graph replay for a decode batch of a captured size, else eager."
+    B = len(md.query_lens)
+    n = padded_batch_size(getattr(self, "cudagraph_sizes", []), B) if md.max_query_len == 1 and input_ids.shape[0] == B else None
+    if n is None or md.block_tables.shape[1] > self.static["block_tables"].shape[1]:
+        return self.model(input_ids, positions, self.attn)
+    s = self.static
+    s["input_ids"][:B].copy_(input_ids); s["positions"][:B].copy_(positions)
+    s["slot_mapping"][:B].copy_(md.slot_mapping); s["slot_mapping"][B:n].fill_(-1)  # padding rows write no slot...
+    s["seq_lens"][:B].copy_(md.seq_lens); s["seq_lens"][B:n].fill_(0)              # ...and read no key
+    s["block_tables"][:B, :md.block_tables.shape[1]].copy_(md.block_tables)
+    g, out = self.cudagraphs[n]
+    g.replay()
+    return out[:B]  # a view of the graph's output: used before the next replay overwrites it

@@ -8,9 +8,10 @@ from litevllm.kernels.paged_attention import (make_paged_batch, paged_attention,
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TOL = {torch.float32: 1e-4, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 ids = lambda d: str(d).removeprefix("torch.")
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the small tests run compiled on a GPU machine, interpreted elsewhere
 
 
-def run_store(num_tokens, num_kv_heads, head_dim, dtype, num_pad=3, num_blocks=8, block_size=16, device="cpu", seed=0):
+def run_store(num_tokens, num_kv_heads, head_dim, dtype, num_pad=3, num_blocks=8, block_size=16, device=DEV, seed=0):
     "store_kvcache vs the reference on K/V that are strided views into one fused QKV tensor; padding slots anywhere."
     g = torch.Generator(device).manual_seed(seed)
     width = num_kv_heads * head_dim
@@ -31,14 +32,15 @@ def run_store(num_tokens, num_kv_heads, head_dim, dtype, num_pad=3, num_blocks=8
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=ids)
-@pytest.mark.parametrize("num_kv_heads,head_dim", [(1, 64), (2, 128), (3, 64)])
+@pytest.mark.parametrize("num_kv_heads,head_dim", [(1, 64), (2, 128), (3, 64), (2, 24), (1, 80), (2, 96)])
 def test_store_kvcache(dtype, num_kv_heads, head_dim): run_store(20, num_kv_heads, head_dim, dtype)
 
 
 def test_store_kvcache_all_padding():
-    k_cache = torch.randn(2, 16, 2, 64); before = k_cache.clone()
-    store_kvcache(torch.ones(4, 2, 64), torch.ones(4, 2, 64), k_cache, k_cache.clone(), torch.full((4,), -1))
-    store_kvcache(torch.empty(0, 2, 64), torch.empty(0, 2, 64), k_cache, k_cache.clone(), torch.empty(0, dtype=torch.int64))
+    k_cache = torch.randn(2, 16, 2, 64, device=DEV); before = k_cache.clone()
+    ones, empty = torch.ones(4, 2, 64, device=DEV), torch.empty(0, 2, 64, device=DEV)
+    store_kvcache(ones, ones, k_cache, k_cache.clone(), torch.full((4,), -1, device=DEV))
+    store_kvcache(empty, empty, k_cache, k_cache.clone(), torch.empty(0, dtype=torch.int64, device=DEV))
     assert torch.equal(k_cache, before)
 
 
@@ -99,16 +101,16 @@ def test_out_is_written():
 
 def test_chunks_equal_whole_prompt():
     "store + attend a 20-token prompt in chunks (12+8, then 19+1 through the decode kernel) = in one go."
-    g = torch.Generator().manual_seed(0)
-    q, k, v = torch.randn(20, 2, 64, generator=g), torch.randn(20, 1, 64, generator=g), torch.randn(20, 1, 64, generator=g)
-    table = torch.tensor([[3, 1]], dtype=torch.int32)
+    g = torch.Generator(DEV).manual_seed(0)
+    q, k, v = (torch.randn(20, h, 64, generator=g, device=DEV) for h in (2, 1, 1))
+    table = torch.tensor([[3, 1]], dtype=torch.int32, device=DEV)
+    i32 = lambda *xs: torch.tensor(xs, dtype=torch.int32, device=DEV)
     def run(chunks):
-        k_cache, v_cache, outs, done = torch.zeros(4, 16, 1, 64), torch.zeros(4, 16, 1, 64), [], 0
+        k_cache, v_cache, outs, done = torch.zeros(4, 16, 1, 64, device=DEV), torch.zeros(4, 16, 1, 64, device=DEV), [], 0
         for c in chunks:
-            pos = torch.arange(done, done + c)
+            pos = torch.arange(done, done + c, device=DEV)
             store_kvcache(k[pos], v[pos], k_cache, v_cache, (table[0, pos // 16] * 16 + pos % 16).long())
-            outs.append(paged_attention(q[pos], k_cache, v_cache, table, torch.tensor([done + c], dtype=torch.int32),
-                                        torch.tensor([0, c], dtype=torch.int32), c, 64 ** -0.5))
+            outs.append(paged_attention(q[pos], k_cache, v_cache, table, i32(done + c), i32(0, c), c, 64 ** -0.5))
             done += c
         return torch.cat(outs)
     whole = run([20])
@@ -116,10 +118,19 @@ def test_chunks_equal_whole_prompt():
     torch.testing.assert_close(run([19, 1]), whole, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("head_dim,num_heads,num_kv_heads", [(96, 2, 1), (64, 3, 2)])
-def test_rejects_bad_shapes(head_dim, num_heads, num_kv_heads):
-    batch = make_paged_batch([2], [2], num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
-    with pytest.raises(AssertionError): paged_attention(**batch)
+@pytest.mark.parametrize("head_dim", [24, 80, 96, 128])
+def test_any_head_dim(head_dim):
+    "Head dims that are not powers of two are padded to one inside the kernels and masked: same result as the reference."
+    run_attention(paged_attention, [1, 4, 17, 0], [40, 24, 17, 9], head_dim=head_dim, num_heads=4, num_kv_heads=2, seed=head_dim)
+    run_attention(paged_decode_attention, [1] * 3, [1, 17, 70], head_dim=head_dim, num_heads=4, num_kv_heads=2, num_splits=2)
+    run_attention(paged_decode_attention, [1] * 2, [5, 33], head_dim=head_dim, num_heads=3, num_kv_heads=3, dtype=torch.bfloat16)
+
+
+def test_rejects_bad_shapes():
+    batch = make_paged_batch([2], [2], num_heads=3, num_kv_heads=2, head_dim=64)
+    with pytest.raises(AssertionError, match="multiple"): paged_attention(**batch)
+    batch = make_paged_batch([2], [2], num_heads=2, num_kv_heads=1, head_dim=96)
+    with pytest.raises(AssertionError, match="head_dim"): paged_attention(batch["q"][..., :80].contiguous(), **{k: v for k, v in batch.items() if k != "q"})
 
 
 # --- compiled on a GPU: bigger shapes, the split-K heuristic, real bf16/fp16 tensor-core paths ---------------------------
@@ -140,7 +151,8 @@ def test_gpu_decode(dtype, num_heads, num_kv_heads, head_dim, block_size):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=ids)
-@pytest.mark.parametrize("num_heads,num_kv_heads,head_dim,block_size", [(32, 8, 128, 16), (16, 16, 64, 32), (28, 4, 128, 64)])
+@pytest.mark.parametrize("num_heads,num_kv_heads,head_dim,block_size", [(32, 8, 128, 16), (16, 16, 64, 32), (28, 4, 128, 64),
+                                                                      (32, 8, 80, 16), (12, 4, 96, 16)])
 def test_gpu_mixed_batch(dtype, num_heads, num_kv_heads, head_dim, block_size):
     q_lens, seq_lens = [1, 1000, 0, 37, 1, 512, 2000], [3000, 1000, 50, 1037, 64, 4096, 2000]  # decode, prefill, empty, extend, chunk
     run_attention(paged_attention, q_lens, seq_lens, dtype=dtype, device="cuda",

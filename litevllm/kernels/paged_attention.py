@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['make_paged_batch', 'paged_attention_ref', 'paged_decode_attention', 'paged_prefill_attention', 'paged_attention',
-           'bench_decode_attention']
+           'measure_copy_bandwidth', 'bench_decode_attention', 'bench_prefill_attention']
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #1016f9d3
 import os, functools
@@ -26,12 +26,13 @@ def make_paged_batch(
     head_dim:int=64,
     block_size:int=16,          # tokens per KV block
     dtype:torch.dtype=torch.float32,
-    device:str|torch.device="cpu",
+    device:str|torch.device|None=None,  # None: CUDA if there is a GPU, else CPU (the interpreter)
     seed:int=0,
     num_blocks:int|None=None,   # blocks in the cache; default: what the requests need plus 3 spare
 )->dict:
     "Random inputs for `paged_attention`: shuffled non-contiguous blocks, block-table rows padded with random valid ids."
     assert len(q_lens) == len(seq_lens) and all(0 <= q <= s for q, s in zip(q_lens, seq_lens)), (q_lens, seq_lens)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     g = torch.Generator(device).manual_seed(seed)
     needed = [triton.cdiv(s, block_size) for s in seq_lens]
     num_blocks = num_blocks or sum(needed) + 3
@@ -82,6 +83,7 @@ def paged_attention_ref(
 # %% ../../kernels_nbs/01_paged_attention.ipynb #8f43d165
 _BLOCK_N = 64  # key positions per tile
 _BLOCK_M = 64  # query rows per prefill tile (query tokens × query heads of one kv head)
+_DECODE_WARPS = 4  # warps per decode program
 _LOG2E = 1.4426950408889634
 
 def _check_inputs(q, k_cache, v_cache, block_tables, seq_lens, out):
@@ -91,7 +93,7 @@ def _check_inputs(q, k_cache, v_cache, block_tables, seq_lens, out):
     assert k_cache.shape == v_cache.shape, f"k_cache {tuple(k_cache.shape)} != v_cache {tuple(v_cache.shape)}"
     assert kv_head_dim == head_dim, f"q head_dim {head_dim} != cache head_dim {kv_head_dim}"
     assert num_heads % num_kv_heads == 0, f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}"
-    assert head_dim >= 16 and head_dim & (head_dim - 1) == 0, f"head_dim {head_dim} must be a power of two >= 16"
+    assert 1 <= head_dim <= 512, f"head_dim {head_dim} must be in [1, 512]"
     assert block_size & (block_size - 1) == 0, f"block_size {block_size} must be a power of two"
     assert q.dtype == k_cache.dtype == v_cache.dtype, f"dtypes differ: q {q.dtype}, k {k_cache.dtype}, v {v_cache.dtype}"
     assert q.dtype in (torch.float32, torch.float16, torch.bfloat16), f"unsupported dtype {q.dtype}"
@@ -102,21 +104,25 @@ def _check_inputs(q, k_cache, v_cache, block_tables, seq_lens, out):
     if out is not None:
         assert out.shape == q.shape and out.dtype == q.dtype and out.stride(-1) == 1, f"out {tuple(out.shape)} {out.dtype} must match q"
 
+def _head_dim_padded(head_dim:int)->int:
+    "The tile width for `head_dim`: the next power of two, at least 16 (`tl.dot`'s minimum). 80 → 128, 24 → 32, 128 → 128."
+    return max(16, triton.next_power_of_2(head_dim))
+
 def _precision(q):
     "(UPCAST, DOT_PRECISION): fp32 tiles under the interpreter; exact fp32 products for fp32 inputs on a GPU."
     return (not q.is_cuda) or q.dtype == torch.float32, "ieee" if q.dtype == torch.float32 else "tf32"
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #ccfcd234
 @triton.jit
-def _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, stride_kb, stride_ks, stride_kh,
+def _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, d_mask, stride_kb, stride_ks, stride_kh,
                   stride_vb, stride_vs, stride_vh, BLOCK_SIZE:tl.constexpr, UPCAST:tl.constexpr):
-    "K and V rows of positions `pos` of one kv head, read through the block table row `bt_row`: (BLOCK_N, HEAD_DIM) each."
+    "K and V rows of positions `pos` of one kv head, read through the block table row `bt_row`: (BLOCK_N, HEAD_DIM_PADDED) each."
     blk = tl.load(bt_row + pos // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)  # physical block of each position
     off = pos % BLOCK_SIZE
     k = tl.load(k_cache_ptr + blk[:, None] * stride_kb + off[:, None] * stride_ks + kvh * stride_kh + offs_d[None, :],
-                mask=n_mask[:, None], other=0.0)
+                mask=n_mask[:, None] & d_mask[None, :], other=0.0)
     v = tl.load(v_cache_ptr + blk[:, None] * stride_vb + off[:, None] * stride_vs + kvh * stride_vh + offs_d[None, :],
-                mask=n_mask[:, None], other=0.0)
+                mask=n_mask[:, None] & d_mask[None, :], other=0.0)
     if UPCAST:  # the interpreter gets bf16 arithmetic wrong, and fp32 accumulation is what we want anyway
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -132,27 +138,28 @@ def _paged_decode_kernel(
     stride_qb, stride_qh, stride_ob, stride_oh,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
     tokens_per_split,
-    GROUP:tl.constexpr, BLOCK_G:tl.constexpr, HEAD_DIM:tl.constexpr, BLOCK_SIZE:tl.constexpr, BLOCK_N:tl.constexpr,
-    NUM_SPLITS:tl.constexpr, UPCAST:tl.constexpr, DOT_PRECISION:tl.constexpr,
+    GROUP:tl.constexpr, BLOCK_G:tl.constexpr, HEAD_DIM:tl.constexpr, HEAD_DIM_PADDED:tl.constexpr, BLOCK_SIZE:tl.constexpr,
+    BLOCK_N:tl.constexpr, NUM_SPLITS:tl.constexpr, UPCAST:tl.constexpr, DOT_PRECISION:tl.constexpr,
 ):
     b, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + b)
     start = split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, seq_len)
-    offs_g, offs_d, offs_n = tl.arange(0, BLOCK_G), tl.arange(0, HEAD_DIM), tl.arange(0, BLOCK_N)
+    offs_g, offs_d, offs_n = tl.arange(0, BLOCK_G), tl.arange(0, HEAD_DIM_PADDED), tl.arange(0, BLOCK_N)
+    d_mask = offs_d < HEAD_DIM  # the padding lanes: loaded as 0, never stored
     heads = kvh * GROUP + offs_g  # (BLOCK_G,): the query heads that read this kv head
     g_mask = offs_g < GROUP
-    q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=g_mask[:, None], other=0.0)
+    q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=g_mask[:, None] & d_mask[None, :], other=0.0)
     if UPCAST: q = q.to(tl.float32)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
-    acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)
+    acc = tl.zeros([BLOCK_G, HEAD_DIM_PADDED], tl.float32)
     bt_row = block_tables_ptr + b.to(tl.int64) * stride_bt
     for n0 in range(start, end, BLOCK_N):
         pos = n0 + offs_n  # (BLOCK_N,) key positions of this tile
         n_mask = pos < end
-        k, v = _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, stride_kb, stride_ks, stride_kh,
-                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE, UPCAST)  # (BLOCK_N, HEAD_DIM) each
+        k, v = _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, d_mask, stride_kb, stride_ks, stride_kh,
+                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE, UPCAST)  # (BLOCK_N, HEAD_DIM_PADDED) each
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2e  # (BLOCK_G, BLOCK_N)
         s = tl.where(n_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: the tile holds at least one position < end
@@ -164,32 +171,33 @@ def _paged_decode_kernel(
     if NUM_SPLITS == 1:
         o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # seq_len 0 (a padded batch row) gives zeros, not NaN
         tl.store(out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
-                 o.to(out_ptr.dtype.element_ty), mask=g_mask[:, None])
+                 o.to(out_ptr.dtype.element_ty), mask=g_mask[:, None] & d_mask[None, :])
     else:
         row = (b.to(tl.int64) * (tl.num_programs(1) * GROUP) + heads) * NUM_SPLITS + split  # (BLOCK_G,) index into [B, H, S]
         tl.store(m_ptr + row, m_i, mask=g_mask)
         tl.store(l_ptr + row, l_i, mask=g_mask)
-        tl.store(out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=g_mask[:, None])
+        tl.store(out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=g_mask[:, None] & d_mask[None, :])
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #dc95664d
 @triton.jit
 def _merge_splits_kernel(
     out_ptr, acc_ptr, m_ptr, l_ptr,  # out [B, H, D]; acc fp32 [B, H, S, D]; m, l fp32 [B, H, S]
     stride_ob, stride_oh,
-    NUM_SPLITS:tl.constexpr, BLOCK_S:tl.constexpr, HEAD_DIM:tl.constexpr,
+    NUM_SPLITS:tl.constexpr, BLOCK_S:tl.constexpr, HEAD_DIM:tl.constexpr, HEAD_DIM_PADDED:tl.constexpr,
 ):
     b, h = tl.program_id(0), tl.program_id(1)
     row = b.to(tl.int64) * tl.num_programs(1) + h
-    offs_s, offs_d = tl.arange(0, BLOCK_S), tl.arange(0, HEAD_DIM)
+    offs_s, offs_d = tl.arange(0, BLOCK_S), tl.arange(0, HEAD_DIM_PADDED)
+    d_mask = offs_d < HEAD_DIM
     s_mask = offs_s < NUM_SPLITS
     m = tl.load(m_ptr + row * NUM_SPLITS + offs_s, mask=s_mask, other=float("-inf"))  # (BLOCK_S,)
     l = tl.load(l_ptr + row * NUM_SPLITS + offs_s, mask=s_mask, other=0.0)
-    acc = tl.load(acc_ptr + (row * NUM_SPLITS + offs_s[:, None]) * HEAD_DIM + offs_d[None, :], mask=s_mask[:, None], other=0.0)
+    acc = tl.load(acc_ptr + (row * NUM_SPLITS + offs_s[:, None]) * HEAD_DIM + offs_d[None, :], mask=s_mask[:, None] & d_mask[None, :], other=0.0)
     m_max = tl.max(m, 0)
     w = tl.where(m > float("-inf"), tl.exp2(m - m_max), 0.0)  # empty splits weigh nothing
     denom = tl.sum(l * w, 0)
-    o = tl.sum(acc * w[:, None], 0) / tl.where(denom > 0, denom, 1.0)  # (HEAD_DIM,)
-    tl.store(out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty))
+    o = tl.sum(acc * w[:, None], 0) / tl.where(denom > 0, denom, 1.0)  # (HEAD_DIM_PADDED,)
+    tl.store(out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty), mask=d_mask)
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #67984c31
 @functools.lru_cache
@@ -211,6 +219,9 @@ def paged_decode_attention(
     scale:float,                  # softmax scale
     out:torch.Tensor|None=None,   # [B, num_heads, head_dim], written if given
     num_splits:int|None=None,     # split-K programs per (request, kv head); None: chosen from the GPU's size
+    block_n:int|None=None,        # key positions per tile (tuning; default _BLOCK_N)
+    num_warps:int|None=None,      # warps per program (tuning; default _DECODE_WARPS)
+    num_stages:int|None=None,     # software-pipelining depth of the tile loop (tuning; default: Triton's)
 )->torch.Tensor:
     "Triton decode: each request's single query token attends to its `seq_lens[b]` cached positions."
     _check_inputs(q, k_cache, v_cache, block_tables, seq_lens, out)
@@ -220,8 +231,9 @@ def paged_decode_attention(
     out = torch.empty_like(q) if out is None else out
     if B == 0: return out
     max_context = block_tables.shape[1] * block_size  # upper bound on seq_lens, known without a host sync
+    block_n = block_n or _BLOCK_N
     num_splits = num_splits or _decode_num_splits(B * num_kv_heads, max_context, q.device)
-    tokens_per_split = triton.cdiv(triton.cdiv(max_context, num_splits), _BLOCK_N) * _BLOCK_N  # whole tiles per split
+    tokens_per_split = triton.cdiv(triton.cdiv(max_context, num_splits), block_n) * block_n  # whole tiles per split
     upcast, precision = _precision(q)
     if num_splits == 1: acc = m = l = out
     else:
@@ -232,11 +244,13 @@ def paged_decode_attention(
         acc, m, l, q, k_cache, v_cache, block_tables, seq_lens, scale * _LOG2E,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0), tokens_per_split,
-        GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
-        BLOCK_N=_BLOCK_N, NUM_SPLITS=num_splits, UPCAST=upcast, DOT_PRECISION=precision, num_warps=4)
+        GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
+        HEAD_DIM_PADDED=_head_dim_padded(head_dim), BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, UPCAST=upcast, DOT_PRECISION=precision,
+        num_warps=num_warps or _DECODE_WARPS, **({} if num_stages is None else dict(num_stages=num_stages)))
     if num_splits > 1:
         _merge_splits_kernel[(B, num_heads)](out, acc, m, l, out.stride(0), out.stride(1),
-            NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim, num_warps=4)
+            NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim,
+            HEAD_DIM_PADDED=_head_dim_padded(head_dim), num_warps=4)
     return out
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #2affc766
@@ -246,7 +260,8 @@ def _paged_prefill_kernel(
     scale_log2e,    # softmax scale × log2(e)
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-    GROUP:tl.constexpr, BLOCK_G:tl.constexpr, BLOCK_Q:tl.constexpr, HEAD_DIM:tl.constexpr, BLOCK_SIZE:tl.constexpr,
+    GROUP:tl.constexpr, BLOCK_G:tl.constexpr, BLOCK_Q:tl.constexpr, HEAD_DIM:tl.constexpr, HEAD_DIM_PADDED:tl.constexpr,
+    BLOCK_SIZE:tl.constexpr,
     BLOCK_N:tl.constexpr, UPCAST:tl.constexpr, DOT_PRECISION:tl.constexpr,
 ):
     qt, kvh, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -255,25 +270,26 @@ def _paged_prefill_kernel(
     if qt * BLOCK_Q >= q_len: return  # nothing left of this request for this tile
     seq_len = tl.load(seq_lens_ptr + b)
     context_len = seq_len - q_len
-    offs_m, offs_d, offs_n = tl.arange(0, BLOCK_Q * BLOCK_G), tl.arange(0, HEAD_DIM), tl.arange(0, BLOCK_N)
+    offs_m, offs_d, offs_n = tl.arange(0, BLOCK_Q * BLOCK_G), tl.arange(0, HEAD_DIM_PADDED), tl.arange(0, BLOCK_N)
+    d_mask = offs_d < HEAD_DIM  # the padding lanes: loaded as 0, never stored
     qi = qt * BLOCK_Q + offs_m // BLOCK_G  # (BLOCK_M,) query token of each row, within the request
     g = offs_m % BLOCK_G                   # (BLOCK_M,) head of each row, within the group
     row_mask = (qi < q_len) & (g < GROUP)
     heads = kvh * GROUP + g
     tok = (q_start + qi).to(tl.int64)
-    q = tl.load(q_ptr + tok[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :], mask=row_mask[:, None], other=0.0)
+    q = tl.load(q_ptr + tok[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :], mask=row_mask[:, None] & d_mask[None, :], other=0.0)
     if UPCAST: q = q.to(tl.float32)
     q_pos = context_len + qi  # (BLOCK_M,) absolute positions; rows past q_len see every key < kv_end, so no row is empty
     kv_end = tl.minimum(seq_len, context_len + (qt + 1) * BLOCK_Q)  # one past the last key this tile's queries see
     m_i = tl.full([BLOCK_Q * BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_Q * BLOCK_G], tl.float32)
-    acc = tl.zeros([BLOCK_Q * BLOCK_G, HEAD_DIM], tl.float32)
+    acc = tl.zeros([BLOCK_Q * BLOCK_G, HEAD_DIM_PADDED], tl.float32)
     bt_row = block_tables_ptr + b.to(tl.int64) * stride_bt
     for n0 in range(0, kv_end, BLOCK_N):
         pos = n0 + offs_n  # (BLOCK_N,)
         n_mask = pos < kv_end
-        k, v = _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, stride_kb, stride_ks, stride_kh,
-                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE, UPCAST)  # (BLOCK_N, HEAD_DIM) each
+        k, v = _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, d_mask, stride_kb, stride_ks, stride_kh,
+                             stride_vb, stride_vs, stride_vh, BLOCK_SIZE, UPCAST)  # (BLOCK_N, HEAD_DIM_PADDED) each
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2e  # (BLOCK_M, BLOCK_N)
         s = tl.where(n_mask[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: position 0 is in the first tile and every row sees it
@@ -284,7 +300,7 @@ def _paged_prefill_kernel(
         m_i = m_new
     o = acc / l_i[:, None]
     tl.store(out_ptr + tok[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
-             o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+             o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #b6e0ef83
 def paged_prefill_attention(
@@ -313,7 +329,8 @@ def paged_prefill_attention(
         out, q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale * _LOG2E,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
-        GROUP=group, BLOCK_G=block_g, BLOCK_Q=block_q, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_N=_BLOCK_N,
+        GROUP=group, BLOCK_G=block_g, BLOCK_Q=block_q, HEAD_DIM=head_dim, HEAD_DIM_PADDED=_head_dim_padded(head_dim),
+        BLOCK_SIZE=block_size, BLOCK_N=_BLOCK_N,
         UPCAST=upcast, DOT_PRECISION=precision, num_warps=4)
     return out
 
@@ -335,32 +352,69 @@ def paged_attention(
     return paged_prefill_attention(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, scale, out=out)
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #43993ad7
+def measure_copy_bandwidth(nbytes:int=2**30, dtype=torch.bfloat16)->float:
+    "A device-to-device copy's bandwidth in GB/s, counting bytes read and written: the memory roofline decode can reach."
+    x = torch.empty(nbytes // torch.finfo(dtype).bits * 8, dtype=dtype, device="cuda")
+    y = torch.empty_like(x)
+    t = do_bench(lambda: y.copy_(x))  # ms
+    return 2 * nbytes / t / 1e6
+
 def bench_decode_attention(
-    batch_sizes=(1, 8, 32, 128),          # requests per decode step
-    context_lens=(512, 2048, 8192),       # tokens in each request's cache
-    num_heads:int=16, num_kv_heads:int=8, head_dim:int=128, block_size:int=16,
+    batch_sizes=(1, 8, 32, 64, 128, 256),  # requests per decode step
+    context_lens=(512, 2048, 8192),        # tokens in each request's cache
+    groups=(2, 4, 8),                      # GQA: query heads per kv head
+    num_kv_heads:int=8, head_dim:int=128, block_size:int=16,
     dtype:torch.dtype=torch.bfloat16,
+    sdpa:bool=True,                        # also time SDPA on K/V gathered into contiguous tensors
+    **kernel_kw,                           # tuning arguments of `paged_decode_attention` (block_n, num_warps, num_stages, num_splits)
 )->list[dict]:
-    "Time `paged_decode_attention` vs SDPA on gathered K/V (CUDA only); one dict per (batch size, context length)."
+    "Time `paged_decode_attention` (and SDPA on gathered K/V) on CUDA; one dict per (GQA group, batch size, context length)."
     assert torch.cuda.is_available(), "bench_decode_attention needs a CUDA GPU"
     rows = []
-    for B in batch_sizes:
-        for ctx in context_lens:
-            batch = make_paged_batch([1] * B, [ctx] * B, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-                                     block_size=block_size, dtype=dtype, device="cuda")
-            q, k_cache, v_cache, bt = batch["q"], batch["k_cache"], batch["v_cache"], batch["block_tables"]
-            nb = triton.cdiv(ctx, block_size)
-            gather = lambda cache: cache[bt[:, :nb].long()].reshape(B, nb * block_size, num_kv_heads, head_dim)[:, :ctx]  # (B, ctx, kv_heads, D)
-            k, v = (gather(c).transpose(1, 2).contiguous() for c in (k_cache, v_cache))  # (B, kv_heads, ctx, D)
-            out = torch.empty_like(q)
-            decode = lambda: paged_decode_attention(q, k_cache, v_cache, bt, batch["seq_lens"], batch["scale"], out=out)
-            sdpa = lambda: F.scaled_dot_product_attention(q[:, :, None], k, v, scale=batch["scale"], enable_gqa=True)  # (B, H, 1, D)
-            decode()
-            err = (out.float() - sdpa()[:, :, 0].float()).abs().max().item()
-            t_triton, t_sdpa = do_bench(decode), do_bench(sdpa)  # ms
-            nbytes = 2 * B * ctx * num_kv_heads * head_dim * k_cache.element_size()
-            rows.append(dict(batch_size=B, context_len=ctx, triton_us=round(t_triton * 1e3, 1), sdpa_us=round(t_sdpa * 1e3, 1),
-                             triton_GBps=round(nbytes / t_triton / 1e6), sdpa_GBps=round(nbytes / t_sdpa / 1e6),
-                             max_abs_err=err))
-            del batch, k_cache, v_cache, k, v
+    for group in groups:
+        for B in batch_sizes:
+            for ctx in context_lens:
+                batch = make_paged_batch([1] * B, [ctx] * B, num_heads=group * num_kv_heads, num_kv_heads=num_kv_heads,
+                                         head_dim=head_dim, block_size=block_size, dtype=dtype, device="cuda")
+                q, k_cache, v_cache, bt = batch["q"], batch["k_cache"], batch["v_cache"], batch["block_tables"]
+                out = torch.empty_like(q)
+                decode = lambda: paged_decode_attention(q, k_cache, v_cache, bt, batch["seq_lens"], batch["scale"], out=out, **kernel_kw)
+                decode()
+                t_triton = do_bench(decode)  # ms
+                nbytes = 2 * B * ctx * num_kv_heads * head_dim * k_cache.element_size()  # K and V read once
+                row = dict(group=group, batch_size=B, context_len=ctx, triton_us=round(t_triton * 1e3, 1),
+                           triton_GBps=round(nbytes / t_triton / 1e6))
+                if sdpa:
+                    nb = triton.cdiv(ctx, block_size)
+                    gather = lambda cache: cache[bt[:, :nb].long()].reshape(B, nb * block_size, num_kv_heads, head_dim)[:, :ctx]  # (B, ctx, kv_heads, D)
+                    k, v = (gather(c).transpose(1, 2).contiguous() for c in (k_cache, v_cache))  # (B, kv_heads, ctx, D)
+                    run_sdpa = lambda: F.scaled_dot_product_attention(q[:, :, None], k, v, scale=batch["scale"], enable_gqa=True)  # (B, H, 1, D)
+                    err = (out.float() - run_sdpa()[:, :, 0].float()).abs().max().item()
+                    t_sdpa = do_bench(run_sdpa)
+                    row |= dict(sdpa_us=round(t_sdpa * 1e3, 1), sdpa_GBps=round(nbytes / t_sdpa / 1e6), max_abs_err=err)
+                    del k, v
+                rows.append(row)
+                del batch, k_cache, v_cache, q, out
+    return rows
+
+def bench_prefill_attention(
+    prompt_lens=(512, 2048, 8192),  # tokens of each prompt (no cached prefix)
+    tokens:int=16384,               # prompt tokens per call: tokens // prompt_len prompts
+    num_heads:int=32, num_kv_heads:int=8, head_dim:int=128, block_size:int=16, dtype:torch.dtype=torch.bfloat16,
+)->list[dict]:
+    "TFLOP/s of `paged_prefill_attention` and of SDPA (flash, causal) on the same prompts, contiguous."
+    rows = []
+    for L in prompt_lens:
+        B = max(1, tokens // L)
+        batch = make_paged_batch([L] * B, [L] * B, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                                 block_size=block_size, dtype=dtype, device="cuda")
+        out = torch.empty_like(batch["q"])
+        t = do_bench(lambda: paged_prefill_attention(**batch, out=out))
+        q = batch["q"].view(B, L, num_heads, head_dim).transpose(1, 2)  # (B, H, L, D)
+        k = torch.randn(B, num_kv_heads, L, head_dim, device="cuda", dtype=dtype)
+        t_sdpa = do_bench(lambda: F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=True))
+        flops = 2 * 2 * B * num_heads * head_dim * L * L / 2  # QK^T and PV, causal: half the square
+        rows.append(dict(prompt_len=L, num_prompts=B, triton_ms=round(t, 3), triton_TFLOPs=round(flops / t / 1e9, 1),
+                         sdpa_ms=round(t_sdpa, 3), sdpa_TFLOPs=round(flops / t_sdpa / 1e9, 1)))
+        del batch, out, q, k
     return rows
