@@ -384,7 +384,6 @@ async def _stream_some(client, url:str, payload:dict, hang_up_after:int|None=Non
                 if hang_up_after is not None and len(r["chunks"]) >= hang_up_after:
                     r["aborted"] = True; return r   # leaving the `async with` closes the connection
         r["end"] = time.perf_counter()
-        if r["ok"] and not r["chunks"]: r["ok"], r["error"] = False, "no text in the stream"
         if not r["ok"] and not r["error"]: r["error"] = "the stream ended without [DONE]"
     except Exception as e: r["error"] = f"{type(e).__name__}: {e}"
     return r
@@ -443,8 +442,8 @@ async def run_load(base_url:str, prompts:list[str], max_tokens:list[int], model:
     ok = [r for r in res if r["ok"]]
     ntok = [(r["usage"] or {}).get("completion_tokens") or len(r["chunks"]) for r in ok]
     ttft = [r["chunks"][0] - r["start"] for r in res if r["chunks"]]
-    tpot = [(r["end"] - r["chunks"][0]) / (n - 1) for r, n in zip(ok, ntok) if n > 1]
-    return (dict(requests=num_requests, completed=len(ok), aborted=sum(r["aborted"] for r in res), failed=sum(not r["ok"] and not r["aborted"] for r in res),
+    tpot = [(r["end"] - r["chunks"][0]) / (n - 1) for r, n in zip(ok, ntok) if n > 1 and r["chunks"]]
+    return (dict(requests=num_requests, completed=len(ok), without_text=sum(not r["chunks"] for r in ok), aborted=sum(r["aborted"] for r in res), failed=sum(not r["ok"] and not r["aborted"] for r in res),
                  duration_s=dur, request_rate=request_rate, steady=steady, max_concurrency=max_concurrency, output_tokens=sum(ntok),
                  output_tok_s=sum(ntok) / dur) | _pcts(ttft, "ttft_ms") | _pcts(tpot, "tpot_ms")
             | dict(rss_start_mb=rss_start, rss_end_mb=process_rss_mb(server_pid), blocks_in_use_after=used, unfinished_after=unfinished,
@@ -477,7 +476,7 @@ def cmd_serve(ns) -> int:
     return 0 if res["completed"] else 1
 
 # %% ../nbs/30_benchmarks.ipynb #26620a5c
-LOAD_COLS = ["requests", "completed", "aborted", "failed", "duration_s", "request_rate", "max_concurrency", "output_tok_s", "ttft_ms_p50",
+LOAD_COLS = ["requests", "completed", "without_text", "aborted", "failed", "duration_s", "request_rate", "max_concurrency", "output_tok_s", "ttft_ms_p50",
              "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "rss_start_mb", "rss_end_mb", "blocks_in_use_after"]
 
 def cmd_serve_load(ns) -> int:
