@@ -40,6 +40,7 @@ class AsyncLLM:
     def __init__(self, vllm_config:VllmConfig, log_stats:bool=True, served_model_name:str|None=None):
         self.vllm_config = vllm_config
         self.engine = LLMEngine(vllm_config)
+        self.engine.engine_core.isolate_failures = True  # a failing step fails its requests, not the engine (11_engine)
         self.tokenizer = self.engine.tokenizer
         self.max_model_len = vllm_config.max_model_len
         name = served_model_name or (DEFAULT_MODEL_NAME if vllm_config.args.model is None else str(vllm_config.args.model))
@@ -95,6 +96,8 @@ def _run_engine_loop(self:AsyncLLM):
                 logger.exception("litevllm: the engine core failed")
                 return self._fail_all(EngineDeadError(f"the engine core failed: {type(e).__name__}: {e}"))
             self._deliver_threadsafe([(o.request_id, o) for o in outputs])
+            if failed := eng.take_failed_requests():
+                self._deliver_threadsafe([(rid, EngineGenerateError(f"request {rid} failed in the engine: {why}")) for rid, why in failed.items()])
         self._record_stats(it)
 
 # %% ../nbs/14_async_llm.ipynb #3727cf7d
@@ -194,3 +197,12 @@ async def reset_prefix_cache(self:AsyncLLM) -> bool:
     fut = asyncio.get_running_loop().create_future()
     self._commands.put(("call", lambda: fut.get_loop().call_soon_threadsafe(fut.set_result, self.engine.reset_prefix_cache())))
     return await fut
+
+# %% ../nbs/14_async_llm.ipynb #77e77fbf
+@patch
+async def fail_requests(self:AsyncLLM, err:Exception, request_ids:list[str]|None=None) -> int:
+    "End live requests (default: all) with `err` raised from their iterators, and abort them in the engine; how many."
+    ids = list(self._requests) if request_ids is None else [r for r in request_ids if r in self._requests]
+    for rid in ids: self._requests.pop(rid)[1].put_nowait(err)
+    if ids: self._commands.put(("abort", ids))
+    return len(ids)

@@ -15,11 +15,13 @@ from .cli import add_engine_args, engine_kwargs
 from .sampling_params import SamplingParams, RequestOutputKind
 
 # %% auto #0
-__all__ = ['WORKLOADS', 'VLLM_WORKER', 'STEP_PARTS', 'THROUGHPUT_COLS', 'SERVE_COLS', 'Workload', 'make_workload', 'cpu_model',
-           'machine_info', 'format_table', 'write_report', 'run_litevllm', 'load_hf_model', 'hf_batches', 'left_pad',
-           'run_hf', 'run_vllm', 'measure_ttft', 'breakdown_table', 'breakdown_by_batch', 'add_workload_args',
-           'workload_from_args', 'cmd_throughput', 'measure_latency', 'bench_latency', 'cmd_latency', 'run_async',
-           'run_serve_bench', 'cmd_serve', 'cmd_kernels', 'add_cli', 'plot_throughput_report', 'plot_sweep']
+__all__ = ['WORKLOADS', 'VLLM_WORKER', 'STEP_PARTS', 'THROUGHPUT_COLS', 'SERVE_COLS', 'LOAD_COLS', 'Workload', 'make_workload',
+           'cpu_model', 'machine_info', 'format_table', 'write_report', 'run_litevllm', 'load_hf_model', 'hf_batches',
+           'left_pad', 'run_hf', 'run_vllm', 'measure_ttft', 'breakdown_table', 'breakdown_by_batch',
+           'add_workload_args', 'workload_from_args', 'cmd_throughput', 'measure_latency', 'bench_latency',
+           'cmd_latency', 'run_async', 'run_serve_bench', 'process_rss_mb', 'server_blocks_in_use', 'run_load',
+           'cmd_serve', 'cmd_serve_load', 'add_load_args', 'cmd_kernels', 'add_cli', 'plot_throughput_report',
+           'plot_sweep']
 
 # %% ../nbs/30_benchmarks.ipynb #4445bf21
 WORKLOADS = {
@@ -438,6 +440,91 @@ async def run_serve_bench(base_url:str, prompts:list[str], max_tokens:list[int],
             | _pcts(ttft, "ttft_ms") | _pcts(tpot, "tpot_ms") | _pcts(itl, "itl_ms") | _pcts(e2e, "e2e_ms")
             | dict(errors=sorted({r["error"] for r in res if r["error"]})[:5]))
 
+# %% ../nbs/30_benchmarks.ipynb #57138912
+async def _stream_some(client, url:str, payload:dict, hang_up_after:int|None=None) -> dict:
+    "One streamed completion; with `hang_up_after`, the client closes the connection after that many text chunks."
+    r = dict(ok=False, aborted=False, start=time.perf_counter(), chunks=[], usage=None, error=None)
+    try:
+        async with client.stream("POST", url, json=payload) as resp:
+            if resp.status_code != 200:
+                r["error"] = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
+                return r
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"): continue
+                data = line[5:].strip()
+                if data == "[DONE]": r["ok"] = True; break
+                chunk = json.loads(data)
+                if "error" in chunk: r["error"] = f"error event: {chunk['error'].get('message')}"; break
+                if chunk.get("usage"): r["usage"] = chunk["usage"]
+                if any(c.get("text") for c in chunk.get("choices") or []): r["chunks"].append(time.perf_counter())
+                if hang_up_after is not None and len(r["chunks"]) >= hang_up_after:
+                    r["aborted"] = True; return r   # leaving the `async with` closes the connection
+        r["end"] = time.perf_counter()
+        if not r["ok"] and not r["error"]: r["error"] = "the stream ended without [DONE]"
+    except Exception as e: r["error"] = f"{type(e).__name__}: {e}"
+    return r
+
+def process_rss_mb(pid:int|None) -> float|None:
+    "Resident memory (MiB) of process `pid`, from /proc (None if unknown)."
+    if pid is None: return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"): return int(line.split()[1]) / 1024
+    except OSError: return None
+
+async def server_blocks_in_use(client, base_url:str, timeout:float=60) -> tuple[float|None, float|None]:
+    "(KV blocks in use, unfinished requests) from the server's /metrics once it is idle (or after `timeout` s); None if it does not say."
+    from litevllm.metrics import parse_metrics, metric_value
+    deadline = time.monotonic() + timeout
+    while True:
+        try: m = parse_metrics((await client.get(base_url.rstrip("/") + "/metrics")).text)
+        except Exception: return None, None
+        try: used, unfinished = metric_value(m, "litevllm:num_total_blocks") - metric_value(m, "litevllm:num_free_blocks"), metric_value(m, "litevllm:num_unfinished_requests")
+        except (KeyError, ValueError, TypeError): return None, None
+        if (used == 0 and unfinished == 0) or time.monotonic() > deadline: return used, unfinished
+        await asyncio.sleep(0.2)
+
+# %% ../nbs/30_benchmarks.ipynb #27da9d42
+async def run_load(base_url:str, prompts:list[str], max_tokens:list[int], model:str, num_requests:int, max_concurrency:int|None=None,
+                   request_rate:float=math.inf, steady:bool=False, disconnect_fraction:float=0.0, server_pid:int|None=None,
+                   seed:int=0, use_tqdm:bool=True, timeout:float=600) -> dict:
+    "`num_requests` streamed completions (prompts cycled), some hanging up early: counts, TTFT/TPOT (ms), RSS, blocks left in use."
+    import httpx
+    if not 0 <= disconnect_fraction <= 1: raise ValueError(f"disconnect_fraction must be in [0, 1], got {disconnect_fraction}")
+    url, rng = base_url.rstrip("/") + "/v1/completions", np.random.default_rng(seed)
+    hang = [int(rng.integers(1, 5)) if rng.random() < disconnect_fraction else None for _ in range(num_requests)]
+    if not math.isfinite(request_rate): gaps = np.zeros(num_requests)
+    else: gaps = np.full(num_requests, 1 / request_rate) if steady else rng.exponential(1 / request_rate, num_requests)
+    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    bar = tqdm(total=num_requests, desc="Requests", dynamic_ncols=True, disable=not use_tqdm)
+    rss_start = process_rss_mb(server_pid)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout), limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)) as client:
+        async def one(i):
+            payload = dict(model=model, prompt=prompts[i % len(prompts)], max_tokens=max_tokens[i % len(max_tokens)], temperature=0.6,
+                           seed=seed + i, stream=True, ignore_eos=True, stream_options=dict(include_usage=True))
+            if sem is None: r = await _stream_some(client, url, payload, hang[i])
+            else:
+                async with sem: r = await _stream_some(client, url, payload, hang[i])
+            bar.update(1)
+            return r
+        t0, tasks = time.perf_counter(), []
+        for i, gap in enumerate(gaps):
+            tasks.append(asyncio.create_task(one(i)))
+            if gap: await asyncio.sleep(gap)
+        res = await asyncio.gather(*tasks)
+        dur = time.perf_counter() - t0
+        used, unfinished = await server_blocks_in_use(client, base_url)
+    bar.close()
+    ok = [r for r in res if r["ok"]]
+    ntok = [(r["usage"] or {}).get("completion_tokens") or len(r["chunks"]) for r in ok]
+    ttft = [r["chunks"][0] - r["start"] for r in res if r["chunks"]]
+    tpot = [(r["end"] - r["chunks"][0]) / (n - 1) for r, n in zip(ok, ntok) if n > 1 and r["chunks"]]
+    return (dict(requests=num_requests, completed=len(ok), without_text=sum(not r["chunks"] for r in ok), aborted=sum(r["aborted"] for r in res), failed=sum(not r["ok"] and not r["aborted"] for r in res),
+                 duration_s=dur, request_rate=request_rate, steady=steady, max_concurrency=max_concurrency, output_tokens=sum(ntok),
+                 output_tok_s=sum(ntok) / dur) | _pcts(ttft, "ttft_ms") | _pcts(tpot, "tpot_ms")
+            | dict(rss_start_mb=rss_start, rss_end_mb=process_rss_mb(server_pid), blocks_in_use_after=used, unfinished_after=unfinished,
+                   errors=sorted({r["error"] for r in res if r["error"]})[:5]))
+
 # %% ../nbs/30_benchmarks.ipynb #558f6ef9
 def _served_model(base_url:str) -> str|None:
     "The first model a server lists at /v1/models (None if it does not say)."
@@ -449,6 +536,7 @@ SERVE_COLS = ["request_rate", "max_concurrency", "completed", "failed", "duratio
               "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "e2e_ms_p50", "e2e_ms_p90", "e2e_ms_p99"]
 
 def cmd_serve(ns) -> int:
+    if ns.disconnect_fraction or ns.steady or ns.server_pid: return cmd_serve_load(ns)
     from litevllm.config import resolve_model
     from litevllm.inputs import get_tokenizer
     wl = workload_from_args(ns)
@@ -462,6 +550,33 @@ def cmd_serve(ns) -> int:
     write_report(ns.output_json, "serve", [res], model=model, base_url=ns.base_url,
                  settings=dict(workload=wl.settings | dict(name=wl.name), request_rate=ns.request_rate, max_concurrency=ns.max_concurrency))
     return 0 if res["completed"] else 1
+
+# %% ../nbs/30_benchmarks.ipynb #26620a5c
+LOAD_COLS = ["requests", "completed", "without_text", "aborted", "failed", "duration_s", "request_rate", "max_concurrency", "output_tok_s", "ttft_ms_p50",
+             "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "rss_start_mb", "rss_end_mb", "blocks_in_use_after"]
+
+def cmd_serve_load(ns) -> int:
+    "`litevllm bench serve` with --disconnect-fraction / --steady / --server-pid: the load and soak report."
+    from litevllm.config import resolve_model
+    from litevllm.inputs import get_tokenizer
+    wl = workload_from_args(ns)
+    tok = get_tokenizer(resolve_model(ns.model))
+    prompts = [tok.decode(p) for p in wl.prompt_token_ids]
+    model = ns.served_model_name or _served_model(ns.base_url) or ns.model or "default"
+    res = run_async(run_load(ns.base_url, prompts, wl.max_tokens, model, wl.num_requests, ns.max_concurrency, ns.request_rate, ns.steady,
+                             ns.disconnect_fraction, ns.server_pid, wl.settings["seed"], not ns.no_tqdm))
+    print(format_table([res], LOAD_COLS))
+    if res["errors"]: print("errors:", *res["errors"], sep="\n  ", file=sys.stderr)
+    write_report(ns.output_json, "serve-load", [res], model=model, base_url=ns.base_url,
+                 settings=dict(workload=wl.settings | dict(name=wl.name), request_rate=ns.request_rate, steady=ns.steady,
+                               max_concurrency=ns.max_concurrency, disconnect_fraction=ns.disconnect_fraction))
+    return 0 if res["failed"] == 0 and res["blocks_in_use_after"] in (0, None) else 1
+
+def add_load_args(p:argparse.ArgumentParser):
+    "The load and soak flags of `litevllm bench serve`."
+    p.add_argument("--disconnect-fraction", type=float, default=0.0, help="share of clients that hang up mid-stream (default 0)")
+    p.add_argument("--steady", action="store_true", help="evenly spaced arrivals at --request-rate (a soak) instead of Poisson")
+    p.add_argument("--server-pid", type=int, default=None, help="the server's process id: its RSS is reported before and after")
 
 # %% ../nbs/30_benchmarks.ipynb #1729eeba
 def cmd_kernels(ns) -> int:
@@ -513,6 +628,7 @@ def add_cli(subparsers):
     s.add_argument("--max-concurrency", type=int, default=None, help="at most this many requests in flight")
     s.add_argument("--no-tqdm", action="store_true")
     add_workload_args(s)
+    add_load_args(s)
     s.set_defaults(func=cmd_serve)
     k = sub.add_parser("kernels", help="the Triton attention kernels: decode bandwidth vs a copy, prefill TFLOP/s (CUDA only; exits 2 without CUDA)")
     k.add_argument("--output-json", default=None)

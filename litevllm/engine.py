@@ -11,9 +11,9 @@ from .config import EngineArgs, VllmConfig
 from .sampling_params import SamplingParams
 from .inputs import InputProcessor, EngineCoreRequest, get_tokenizer, PromptType
 from .request import Request, RequestStatus
-from .scheduler import Scheduler, EngineCoreOutput, SchedulerStats
+from .scheduler import Scheduler, EngineCoreOutput, SchedulerStats, SchedulerOutput
 from .model_runner import ModelRunner
-from .output_processor import OutputProcessor, ParentRequest, RequestOutput
+from .output_processor import OutputProcessor, ParentRequest, RequestOutput, OutputProcessorOutput
 
 logger = logging.getLogger("litevllm")
 
@@ -29,6 +29,8 @@ class EngineCore:
         self.scheduler = Scheduler(vllm_config, self.model_runner.num_blocks)
         self.record_step_timings = False
         self.step_timings: list[dict] = []
+        self.isolate_failures = False              # True (the server): a failing step fails its requests, not the engine
+        self.failed_requests: dict[str, str] = {}  # request id -> why, for the front end to tell its client
 
     def add_request(self, req:EngineCoreRequest): self.scheduler.add_request(Request.from_engine_core_request(req))
     def abort_requests(self, request_ids:list[str]): self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
@@ -41,7 +43,10 @@ class EngineCore:
         t0 = time.perf_counter()
         so = self.scheduler.schedule()
         t1 = time.perf_counter()
-        out = self.model_runner.execute_model(so)
+        try: out = self.model_runner.execute_model(so)
+        except Exception as e:
+            if not self.isolate_failures: raise
+            return self.fail_step(so, e)
         t2 = time.perf_counter()
         outputs = self.scheduler.update_from_output(so, out)
         if self.record_step_timings:
@@ -65,6 +70,7 @@ class LLMEngine:
         self.log_stats = not vllm_config.disable_log_stats
         self._last_log = time.monotonic()
         self.output_timings: list[float] = []
+        self.failed_requests: dict[str, str] = {}  # client request id -> why it failed (see fault isolation)
 
     @classmethod
     def from_engine_args(cls, engine_args:EngineArgs) -> LLMEngine: return cls(engine_args.create_engine_config())
@@ -124,11 +130,12 @@ def bad_words_token_ids(tokenizer, bad_words:list[str]) -> list[list[int]]:
 def step(self:LLMEngine, stats_observer=None) -> list[RequestOutput]:
     "One engine step: the RequestOutputs it produced. `stats_observer` (e.g. `metrics.IterationStats`) sees each request's news."
     outputs = self.engine_core.step()
+    for rid, why in self.engine_core.take_failed_requests().items(): self._fail_request(rid, why)
     t0, now = time.perf_counter(), time.time()
     states = self.output_processor.request_states
     seen = [(o, states[o.request_id]) for o in outputs if o.request_id in states] if stats_observer is not None else []
     for o, st in seen: stats_observer.update_from_output(o, st.stats, len(st.prompt_token_ids), now)
-    proc = self.output_processor.process_outputs(outputs)
+    proc = self._process_outputs(outputs)
     if proc.reqs_to_abort: self.engine_core.finish_requests(proc.reqs_to_abort, RequestStatus.FINISHED_STOPPED)
     for o, st in seen:  # after processing: a stop string may have finished the request
         if st.finish_reason is not None: stats_observer.update_from_finished_request(st.finish_reason, st.stats, len(st.prompt_token_ids), now)
@@ -158,3 +165,53 @@ def log_stats_line(self:LLMEngine):
 
 @patch
 def reset_prefix_cache(self:LLMEngine) -> bool: return self.engine_core.reset_prefix_cache()
+
+# %% ../nbs/11_engine.ipynb #3e26c9b9
+@patch
+def fail_step(self:EngineCore, so:SchedulerOutput, exc:Exception) -> list[EngineCoreOutput]:
+    "The model run of `so` raised: finish its requests (blocks freed), record why; no outputs."
+    ids, mgr = list(so.num_scheduled_tokens), self.scheduler.kv_cache_manager
+    logger.error("litevllm: a step failed (%s: %s); its %d request(s) are aborted, the engine goes on", type(exc).__name__, exc, len(ids))
+    for rid in ids:
+        for b in mgr.req_to_blocks.get(rid, []):
+            if b.ref_cnt == 1: mgr.block_pool._maybe_evict_cached_block(b)  # only this request held it: its K/V is suspect
+    self.scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
+    self.scheduler.finished_req_ids |= set(so.finished_req_ids)
+    self.failed_requests.update({rid: f"{type(exc).__name__}: {exc}" for rid in ids})
+    return []
+
+@patch
+def take_failed_requests(self:EngineCore) -> dict[str, str]:
+    "The requests failed since the last call (id -> why)."
+    res, self.failed_requests = self.failed_requests, {}
+    return res
+
+# %% ../nbs/11_engine.ipynb #925ee4a9
+@patch
+def _process_outputs(self:LLMEngine, outputs:list[EngineCoreOutput]) -> OutputProcessorOutput:
+    "`process_outputs`, one request at a time when failures are isolated."
+    op = self.output_processor
+    if not self.engine_core.isolate_failures: return op.process_outputs(outputs)
+    ros, to_abort = [], []
+    for o in outputs:
+        try: p = op.process_outputs([o])
+        except Exception as e:
+            logger.error("litevllm: processing the output of %s failed (%s: %s); it is aborted", o.request_id, type(e).__name__, e)
+            self._fail_request(o.request_id, f"{type(e).__name__}: {e}")
+            continue
+        ros += p.request_outputs; to_abort += p.reqs_to_abort
+    return OutputProcessorOutput(ros, to_abort)
+
+@patch
+def _fail_request(self:LLMEngine, rid:str, why:str):
+    "Abort engine-core request `rid` (and its siblings) and record why under its client's id."
+    st = self.output_processor.request_states.get(rid)
+    uid = st.parent.request_id if st is not None and st.parent is not None else rid
+    self.failed_requests[uid] = why
+    self.abort_request([uid])
+
+@patch
+def take_failed_requests(self:LLMEngine) -> dict[str, str]:
+    "The requests (client ids) failed since the last call, id -> why."
+    res, self.failed_requests = self.failed_requests, {}
+    return res

@@ -6,7 +6,9 @@ Docs: https://litevllm.github.io/litevllm/server.html.md"""
 
 # %% ../nbs/16_server.ipynb #8f62a838
 from __future__ import annotations
-import argparse, asyncio, contextlib, dataclasses, json, logging, os, secrets, signal, sys, time, uuid
+import argparse, asyncio, contextlib, dataclasses, json, logging, math, os, secrets, signal, sys, time, uuid
+from concurrent.futures import ThreadPoolExecutor
+from fastcore.basics import patch
 from typing import Any, AsyncIterator
 import uvicorn
 from fastapi import FastAPI, Request
@@ -25,10 +27,12 @@ from .cli import add_engine_args, engine_kwargs
 # %% auto #0
 __all__ = ['logger', 'SSE_DONE', 'APIError', 'error_response', 'validation_message', 'OpenAIBaseModel', 'StreamOptions',
            'SamplingFields', 'CompletionRequest', 'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest',
-           'bad_request', 'to_sampling_params', 'check_length', 'completion_logprobs', 'chat_logprobs', 'ServerState',
-           'default_served_names', 'APIKeyMiddleware', 'ClientDisconnected', 'run_until_disconnect',
-           'merge_async_iterators', 'sse', 'usage', 'prepare_completion', 'completion_full', 'completion_stream',
-           'prepare_chat', 'chat_full', 'chat_stream', 'build_app', 'threading_main', 'cmd_serve', 'add_cli']
+           'bad_request', 'to_sampling_params', 'check_length', 'ServerLimits', 'add_limit_args', 'num_prompts',
+           'check_limits', 'completion_logprobs', 'chat_logprobs', 'ServerState', 'default_served_names',
+           'APIKeyMiddleware', 'ServerGuard', 'ClientDisconnected', 'run_until_disconnect', 'merge_async_iterators',
+           'sse', 'usage', 'prepare_completion', 'completion_full', 'completion_stream', 'prepare_chat', 'chat_full',
+           'chat_stream', 'check_chat_template', 'echo_text', 'build_app', 'threading_main', 'cmd_serve', 'add_cli',
+           'ServerShuttingDown']
 
 # %% ../nbs/16_server.ipynb #f462d722
 logger = logging.getLogger("litevllm.server")
@@ -122,6 +126,7 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: int|None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    echo: bool = False                       # vLLM: the reply starts with the last message, if it is the assistant's
     chat_template: str|None = None
     chat_template_kwargs: dict[str, Any]|None = None
     add_special_tokens: bool = False
@@ -149,7 +154,7 @@ def bad_request(e:Exception) -> APIError:
 
 def to_sampling_params(req:SamplingFields, max_tokens:int|None, logprobs:int|None, stream:bool) -> SamplingParams:
     "The SamplingParams of a request (ValueError for a bad value)."
-    try: bias = {int(k): v for k, v in req.logit_bias.items()} if req.logit_bias else None
+    try: bias = {int(k): min(100.0, max(-100.0, v)) for k, v in req.logit_bias.items()} if req.logit_bias else None  # vLLM clamps
     except ValueError: raise ValueError("logit_bias keys must be token ids (integers as strings)") from None
     return SamplingParams(
         n=req.n, presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
@@ -174,6 +179,60 @@ def check_length(prompt_len:int, max_tokens:int|None, max_model_len:int, input_n
                        f"{prompt_len + max_tokens} tokens ({prompt_len} in the {input_name}, {max_tokens} in the completion). "
                        f"Please reduce the length of the {input_name} or {tokens_field}.", param=tokens_field)
     return max_tokens
+
+# %% ../nbs/16_server.ipynb #fa79fad2
+@dataclasses.dataclass
+class ServerLimits:
+    "What one request may ask for; each field is a `litevllm serve` flag (`--max-n` ...)."
+    max_request_body_bytes: int = 32 * 2**20  # bytes of the request body (413 before parsing)
+    max_n: int = 16                           # sequences per request: n × prompts (and at most half of --max-num-seqs)
+    max_tokens_limit: int = 4096              # max_tokens / max_completion_tokens (the context length bounds them too)
+    max_stop_strings: int = 16                # entries of `stop`
+    max_stop_string_length: int = 256         # characters of one stop string
+    max_logit_bias: int = 1024                # entries of `logit_bias` (vLLM's GPU sampler holds at most 1024)
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, int) or v < 1: raise ValueError(f"{f.name} must be an integer >= 1, got {v!r}")
+
+    def n_cap(self, max_num_seqs:int) -> int:
+        "The most sequences one request may start: max_n, and at most half the batch (at least 1)."
+        return max(1, min(self.max_n, max_num_seqs // 2))
+
+def add_limit_args(p:argparse.ArgumentParser):
+    "A `--max-...` flag per ServerLimits field, its default in the help."
+    for f in dataclasses.fields(ServerLimits):
+        p.add_argument("--" + f.name.replace("_", "-"), type=int, default=f.default, help=f"a request limit (default: {f.default})")
+
+# %% ../nbs/16_server.ipynb #4ad3f333
+def _over(field:str, what:str, flag:str) -> APIError:
+    return APIError(f"{field}: {what} (the server's limit, {flag})", param=field)
+
+def num_prompts(prompt) -> int:
+    "How many prompts a completions `prompt` holds (a string or a list of token ids is one)."
+    if isinstance(prompt, str) or not prompt or all(isinstance(p, int) for p in prompt): return 1
+    return len(prompt)
+
+def check_limits(req:SamplingFields, lim:ServerLimits, max_num_seqs:int, max_logprobs:int, n_prompts:int=1):
+    "APIError (400, `param` the field) for the first limit the request is over."
+    if req.n * n_prompts > (cap := lim.n_cap(max_num_seqs)):
+        asked = f"n={req.n}" + (f" × {n_prompts} prompts" if n_prompts > 1 else "")
+        raise _over("n", f"{asked} asks for {req.n * n_prompts} sequences, more than {cap} per request", f"--max-n {lim.max_n} and half of --max-num-seqs {max_num_seqs}")
+    for field in ("max_tokens", "max_completion_tokens"):
+        if (v := getattr(req, field, None)) is not None and v > lim.max_tokens_limit:
+            raise _over(field, f"{v} is more than {lim.max_tokens_limit} tokens", f"--max-tokens-limit {lim.max_tokens_limit}")
+    stop = [req.stop] if isinstance(req.stop, str) else (req.stop or [])
+    if len(stop) > lim.max_stop_strings: raise _over("stop", f"{len(stop)} stop strings, more than {lim.max_stop_strings}", f"--max-stop-strings {lim.max_stop_strings}")
+    if long := [s for s in stop if len(s) > lim.max_stop_string_length]:
+        raise _over("stop", f"a stop string of {len(long[0])} characters, more than {lim.max_stop_string_length}", f"--max-stop-string-length {lim.max_stop_string_length}")
+    for field in ("logprobs", "top_logprobs", "prompt_logprobs"):
+        if isinstance(v := getattr(req, field, None), int) and not isinstance(v, bool) and v > max_logprobs:
+            raise _over(field, f"{v} is more than {max_logprobs}", f"--max-logprobs {max_logprobs}")
+    if bias := req.logit_bias:
+        if len(bias) > lim.max_logit_bias: raise _over("logit_bias", f"{len(bias)} entries, more than {lim.max_logit_bias}", f"--max-logit-bias {lim.max_logit_bias}")
+        if bad := [k for k, v in bias.items() if not math.isfinite(v)]:
+            raise APIError(f"logit_bias: values must be finite numbers, got {bias[bad[0]]} for token {bad[0]}", param="logit_bias")
 
 # %% ../nbs/16_server.ipynb #1c7949f4
 def _lp(x:float) -> float: return max(x, -9999.0)
@@ -207,6 +266,11 @@ class ServerState:
     accepted_names: set[str]
     tokenizer: Any
     max_model_len: int
+    limits: ServerLimits = dataclasses.field(default_factory=ServerLimits)
+    trust_request_chat_template: bool = False
+    pool: ThreadPoolExecutor|None = None   # tokenizing, chat templates, detokenizing: off the event loop
+    draining: bool = False                 # SIGTERM: new requests get 503
+    in_flight: int = 0                     # HTTP requests being answered
 
     def check_model(self, name:str|None) -> str:
         "The model name to answer with; 404 for a model this server does not serve."
@@ -217,6 +281,20 @@ class ServerState:
 
 def default_served_names(model:str|None) -> list[str]:
     return [DEFAULT_MODEL_NAME] if model is None or model in (DEFAULT_MODEL_NAME, f"HuggingFaceTB/{DEFAULT_MODEL_NAME}") else [model]
+
+# %% ../nbs/16_server.ipynb #f467fbd6
+@patch
+async def run_in_pool(self:ServerState, fn, *args):
+    "`fn(*args)` on the server's thread pool (inline if it has none)."
+    if self.pool is None: return fn(*args)
+    return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+@patch
+def check_request(self:ServerState, req:SamplingFields, n_prompts:int=1):
+    "The cheap checks, on the loop before any tokenizing: limits and (chat) the request's template."
+    c = self.engine.vllm_config
+    check_limits(req, self.limits, c.max_num_seqs, c.max_logprobs, n_prompts)
+    if isinstance(req, ChatCompletionRequest): check_chat_template(req, self.trust_request_chat_template)
 
 # %% ../nbs/16_server.ipynb #4bb19d2f
 class APIKeyMiddleware:
@@ -230,6 +308,32 @@ class APIKeyMiddleware:
                 resp.headers["WWW-Authenticate"] = "Bearer"
                 return await resp(scope, receive, send)
         await self.app(scope, receive, send)
+
+# %% ../nbs/16_server.ipynb #0d13a8a3
+class ServerGuard:
+    "503 while draining, 413 for a body over the limit (unparsed), and the count of requests in flight."
+    def __init__(self, app, state:ServerState): self.app, self.state = app, state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http": return await self.app(scope, receive, send)
+        st = self.state
+        if st.draining: return await error_response("The server is shutting down: no new requests are accepted.", 503, "ServiceUnavailableError")(scope, receive, send)
+        limit, length = st.limits.max_request_body_bytes, dict(scope["headers"]).get(b"content-length")
+        too_large = lambda n: error_response(f"Request body too large: {n} bytes, more than {limit} (the server's limit, "
+                                             f"--max-request-body-bytes {limit})", 413, "RequestTooLargeError")
+        if length is not None and length.isdigit() and int(length) > limit: return await too_large(int(length))(scope, receive, send)
+        if length is None and scope["method"] in ("POST", "PUT", "PATCH"):  # chunked: read it here, counting
+            parts, size, more = [], 0, True
+            while more:
+                msg = await receive()
+                if msg["type"] != "http.request": return
+                parts.append(msg.get("body", b"")); size += len(parts[-1]); more = msg.get("more_body", False)
+                if size > limit: return await too_large(f"over {size}")(scope, receive, send)
+            first, inner = [{"type": "http.request", "body": b"".join(parts), "more_body": False}], receive
+            async def receive(): return first.pop() if first else await inner()
+        st.in_flight += 1
+        try: await self.app(scope, receive, send)
+        finally: st.in_flight -= 1
 
 # %% ../nbs/16_server.ipynb #9e54765f
 class ClientDisconnected(Exception): pass
@@ -278,7 +382,7 @@ def sse(obj) -> str: return f"data: {json.dumps(obj)}\n\n"
 SSE_DONE = "data: [DONE]\n\n"
 
 def _error_obj(e:Exception) -> dict:
-    status = 400 if isinstance(e, ValueError) else 500
+    status = getattr(e, "status", None) or (400 if isinstance(e, ValueError) else 500)
     return {"error": {"message": str(e), "type": _STATUS_TYPES[status], "param": None, "code": status}}
 
 def usage(prompt_tokens:int, completion_tokens:int) -> dict:
@@ -405,7 +509,8 @@ def _chat_lps(st, req, c):
 async def chat_full(st:ServerState, req:ChatCompletionRequest, prompt, params, rid:str, model:str) -> dict:
     final = None
     async for out in st.engine.generate(prompt, params, rid, priority=req.priority): final = out
-    choices = [dict(index=c.index, message=dict(role="assistant", content=c.text, tool_calls=[]), logprobs=_chat_lps(st, req, c),
+    prefix = echo_text(req)
+    choices = [dict(index=c.index, message=dict(role="assistant", content=prefix + c.text, tool_calls=[]), logprobs=_chat_lps(st, req, c),
                     finish_reason=c.finish_reason, stop_reason=c.stop_reason) for c in sorted(final.outputs, key=lambda c: c.index)]
     return dict(id=rid, object="chat.completion", created=int(time.time()), model=model, choices=choices,
                 usage=usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs)))
@@ -422,6 +527,8 @@ async def chat_stream(st:ServerState, req:ChatCompletionRequest, prompt, params,
     try:
         for i in range(req.n):  # the first chunk of each choice carries the role
             yield chunk([dict(index=i, delta=dict(role="assistant", content=""), logprobs=None, finish_reason=None)])
+        if prefix := echo_text(req):  # vLLM: echo sends the last assistant message as the first content
+            for i in range(req.n): yield chunk([dict(index=i, delta=dict(content=prefix), logprobs=None, finish_reason=None)])
         async for out in st.engine.generate(prompt, params, rid, priority=req.priority):
             for c in out.outputs:
                 n_gen[c.index] = n_gen.get(c.index, 0) + len(c.token_ids)
@@ -433,14 +540,29 @@ async def chat_stream(st:ServerState, req:ChatCompletionRequest, prompt, params,
     except (EngineDeadError, EngineGenerateError, ValueError) as e: yield sse(_error_obj(e))
     yield SSE_DONE
 
+# %% ../nbs/16_server.ipynb #f3893cba
+def check_chat_template(req:ChatCompletionRequest, trusted:bool):
+    "APIError unless a request-supplied chat template is allowed (vLLM's wording)."
+    if not trusted and (req.chat_template is not None or (req.chat_template_kwargs or {}).get("chat_template") is not None):
+        raise APIError("Chat template is passed with request, but --trust-request-chat-template is not set. "
+                       "Refused request with untrusted chat template.", param="chat_template")
+
+def echo_text(req:ChatCompletionRequest) -> str:
+    "What `echo` puts before the reply: the last message's content, if that message is the assistant's."
+    if not req.echo or not req.messages or req.messages[-1].get("role") != "assistant": return ""
+    c = req.messages[-1].get("content") or ""
+    return "\n".join(p.get("text", "") for p in c) if isinstance(c, list) else str(c)
+
 # %% ../nbs/16_server.ipynb #5a879505
-def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:str|None=None) -> FastAPI:
+def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:str|None=None, limits:ServerLimits|None=None,
+              trust_request_chat_template:bool=False) -> FastAPI:
     "The OpenAI-compatible app over one AsyncLLM."
     names = served_model_names or default_served_names(engine.vllm_config.args.model)
     accepted = set(names)
     if engine.vllm_config.args.model in (None, DEFAULT_MODEL_NAME, f"HuggingFaceTB/{DEFAULT_MODEL_NAME}"):
         accepted |= {DEFAULT_MODEL_NAME, f"HuggingFaceTB/{DEFAULT_MODEL_NAME}"}
-    st = ServerState(engine, names, accepted, engine.tokenizer, engine.max_model_len)
+    st = ServerState(engine, names, accepted, engine.tokenizer, engine.max_model_len, limits or ServerLimits(), trust_request_chat_template,
+                     ThreadPoolExecutor(2, thread_name_prefix="litevllm-tokenize"))
     app = FastAPI(title="litevllm", version=litevllm.__version__)
     app.state.server = st
 
@@ -460,12 +582,15 @@ def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:s
     async def _dead(request, exc): return error_response(f"The engine is dead: {exc}", 500, "InternalServerError")
 
     @app.exception_handler(EngineGenerateError)
-    async def _gen_error(request, exc): return error_response(str(exc), 500, "InternalServerError")
+    async def _gen_error(request, exc):
+        status = getattr(exc, "status", 500)
+        return error_response(str(exc), status, _STATUS_TYPES[status])
 
     @app.exception_handler(ClientDisconnected)
     async def _gone(request, exc): return Response(status_code=499)
 
     if api_key: app.add_middleware(APIKeyMiddleware, api_key=api_key)
+    app.add_middleware(ServerGuard, state=st)  # added last: outermost
     _add_routes(app, st)
     return app
 
@@ -497,7 +622,8 @@ def _add_routes(app:FastAPI, st:ServerState):
     @app.post("/v1/completions")
     async def completions(req:CompletionRequest, raw:Request):
         model = st.check_model(req.model)
-        prepared = prepare_completion(st, req)
+        st.check_request(req, num_prompts(req.prompt))
+        prepared = await st.run_in_pool(prepare_completion, st, req)
         rid = f"cmpl-{uuid.uuid4().hex}"
         if req.stream: return StreamingResponse(completion_stream(st, req, prepared, rid, model), media_type="text/event-stream")
         return JSONResponse(await run_until_disconnect(raw, completion_full(st, req, prepared, rid, model)))
@@ -505,7 +631,8 @@ def _add_routes(app:FastAPI, st:ServerState):
     @app.post("/v1/chat/completions")
     async def chat_completions(req:ChatCompletionRequest, raw:Request):
         model = st.check_model(req.model)
-        prompt, params = prepare_chat(st, req)
+        st.check_request(req)
+        prompt, params = await st.run_in_pool(prepare_chat, st, req)
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         if req.stream: return StreamingResponse(chat_stream(st, req, prompt, params, rid, model), media_type="text/event-stream")
         return JSONResponse(await run_until_disconnect(raw, chat_full(st, req, prompt, params, rid, model)))
@@ -514,12 +641,14 @@ def _add_routes(app:FastAPI, st:ServerState):
     async def tokenize(req:TokenizeRequest):
         st.check_model(req.model)
         if (req.prompt is None) == (req.messages is None): raise APIError("give exactly one of prompt and messages", param="prompt")
-        if req.prompt is not None: ids = st.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens).input_ids
-        else:
-            try: ids = apply_chat_template(st.tokenizer, _chat_messages(req.messages), None, req.add_generation_prompt)
-            except APIError: raise
-            except Exception as e: raise APIError(f"messages: could not apply the chat template: {e}", param="messages")
-        strs = st.tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None
+        def work():
+            if req.prompt is not None: ids = st.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens).input_ids
+            else:
+                try: ids = apply_chat_template(st.tokenizer, _chat_messages(req.messages), None, req.add_generation_prompt)
+                except APIError: raise
+                except Exception as e: raise APIError(f"messages: could not apply the chat template: {e}", param="messages")
+            return ids, (st.tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None)
+        ids, strs = await st.run_in_pool(work)
         return dict(count=len(ids), max_model_len=st.max_model_len, tokens=ids, token_strs=strs)
 
     @app.post("/detokenize")
@@ -527,7 +656,7 @@ def _add_routes(app:FastAPI, st:ServerState):
         st.check_model(req.model)
         vocab = st.engine.engine.input_processor.vocab_size
         if bad := [t for t in req.tokens if not 0 <= t < vocab]: raise APIError(f"tokens contains ids outside the vocabulary: {bad[:5]}", param="tokens")
-        return dict(prompt=st.tokenizer.decode(req.tokens))
+        return dict(prompt=await st.run_in_pool(st.tokenizer.decode, req.tokens))
 
 # %% ../nbs/16_server.ipynb #7ac9f443
 class _Server(uvicorn.Server):
@@ -550,11 +679,14 @@ def cmd_serve(ns) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(name)s: %(message)s")
     names = ns.served_model_name or default_served_names(model)
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_kwargs(ns)), served_model_name=names[0])
-    app = build_app(engine, names, ns.api_key or os.environ.get("VLLM_API_KEY"))
+    limits = ServerLimits(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerLimits)})
+    app = build_app(engine, names, ns.api_key or os.environ.get("VLLM_API_KEY"), limits, ns.trust_request_chat_template)
     config = uvicorn.Config(app, host=ns.host, port=ns.port, log_level=ns.uvicorn_log_level, access_log=not ns.disable_uvicorn_access_log,
-                            timeout_graceful_shutdown=ns.shutdown_timeout, timeout_keep_alive=5)
+                            timeout_graceful_shutdown=5, timeout_keep_alive=5)  # after our drain: only idle connections are left
     logger.info("litevllm: serving %s on http://%s:%d", names[0], ns.host, ns.port)
-    try: _Server(config).run()
+    server = _Server(config)
+    server.drain_state, server.shutdown_timeout = app.state.server, ns.shutdown_timeout
+    try: server.run()
     finally: engine.shutdown()
     logger.info("litevllm: server stopped")
     return 0
@@ -570,6 +702,41 @@ def add_cli(subparsers):
     p.add_argument("--served-model-name", nargs="+", default=None, help="the name(s) clients use for the model")
     p.add_argument("--uvicorn-log-level", default="info", choices=["critical", "error", "warning", "info", "debug", "trace"])
     p.add_argument("--disable-uvicorn-access-log", action="store_true")
+    p.add_argument("--trust-request-chat-template", action="store_true", help="render a chat template sent in a request (refused by default)")
+    add_limit_args(p)
     p.add_argument("--shutdown-timeout", type=float, default=10.0, help="seconds in-flight requests get to finish on SIGTERM")
     add_engine_args(p)
     p.set_defaults(func=cmd_serve)
+
+# %% ../nbs/16_server.ipynb #60d80639
+class ServerShuttingDown(EngineGenerateError):
+    "A request still running when the drain ran out of time."
+    status = 503
+
+@patch
+async def startup(self:_Server, sockets=None):
+    self.loop = asyncio.get_running_loop()
+    await uvicorn.Server.startup(self, sockets)
+
+@patch
+def handle_exit(self:_Server, sig, frame):
+    "The first SIGTERM/SIGINT starts a drain; a second one (or one before startup) is uvicorn's."
+    st = getattr(self, "drain_state", None)
+    if st is None or st.draining or getattr(self, "loop", None) is None: return uvicorn.Server.handle_exit(self, sig, frame)
+    st.draining = True
+    self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self.drain()))
+
+@patch
+async def drain(self:_Server):
+    "Let requests in flight finish (up to `shutdown_timeout` s), fail the rest with an error their clients see, then stop."
+    st, timeout = self.drain_state, getattr(self, "shutdown_timeout", 10.0)
+    logger.info("litevllm: draining, %d request(s) in flight (up to %g s)", st.in_flight, timeout)
+    deadline = time.monotonic() + timeout
+    while st.in_flight and time.monotonic() < deadline: await asyncio.sleep(0.05)
+    if st.in_flight:
+        n = await st.engine.fail_requests(ServerShuttingDown(f"The server is shutting down: the request was aborted after "
+                                                             f"--shutdown-timeout {timeout:g} s."))
+        logger.warning("litevllm: aborted %d request(s) still running after %g s", n, timeout)
+        deadline = time.monotonic() + 5  # their handlers send the error (and [DONE])
+        while st.in_flight and time.monotonic() < deadline: await asyncio.sleep(0.05)
+    self.should_exit = True
