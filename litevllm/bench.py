@@ -288,7 +288,8 @@ def cmd_throughput(ns) -> int:
     print(f"workload {wl.name}: {wl.num_requests} requests, {wl.input_tokens} prompt tokens, {wl.output_tokens} output tokens; "
           f"model {cfg.model_path} ({cfg.dtype}, {cfg.device})", flush=True)
     results = []
-    ttft_prompt = random.Random(wl.settings["seed"]).choices(range(*wl.settings["token_id_range"]), k=ns.ttft_prompt_len) if ns.ttft_prompt_len else None
+    n_ttft = min(ns.ttft_prompt_len, cfg.max_model_len - 1)  # one prompt alone, as long as the model allows
+    ttft_prompt = random.Random(wl.settings["seed"]).choices(range(*wl.settings["token_id_range"]), k=n_ttft) if n_ttft > 0 else None
     if ns.baseline == "vllm":
         dtype = str(cfg.dtype).removeprefix("torch.")
         results.append(run_vllm(ns.vllm_python, wl, cfg.model_path, dtype, cfg.max_model_len, cfg.seed, cfg.max_num_seqs,

@@ -11,13 +11,13 @@ import time
 import numpy as np, torch
 from .config import VllmConfig
 from .models.llama import get_model
-from .attention import determine_num_blocks, kv_cache_dtype, allocate_kv_caches, build_attention_metadata, get_attention_backend
+from .attention import determine_num_blocks, kv_cache_dtype, allocate_kv_caches, build_attention_metadata, get_attention_backend, AttentionMetadata
 from .sampler import Sampler, make_sampling_metadata, gather_logprobs, LogprobsTensors
 from .scheduler import SchedulerOutput
 
 # %% auto #0
-__all__ = ['EMPTY_MODEL_RUNNER_OUTPUT', 'CachedRequestState', 'ModelRunnerOutput', 'ModelRunner', 'default_capture_sizes',
-           'padded_batch_size']
+__all__ = ['EMPTY_MODEL_RUNNER_OUTPUT', 'CachedRequestState', 'ModelRunnerOutput', 'ModelRunner', 'InputBatch',
+           'default_capture_sizes', 'padded_batch_size']
 
 # %% ../nbs/09_model_runner.ipynb #1560f5e7
 @dataclass
@@ -79,14 +79,20 @@ def _update_states(self:ModelRunner, so:SchedulerOutput):
         st.block_ids = list(blocks) if resumed else st.block_ids + list(blocks)
         st.num_computed_tokens = n
 
-# %% ../nbs/09_model_runner.ipynb #f11127b1
+# %% ../nbs/09_model_runner.ipynb #77acc0bb
+@dataclass
+class InputBatch:
+    "One step's flat batch: the model's inputs, the attention metadata, and which rows sample."
+    input_ids: torch.Tensor      # (tokens,)
+    positions: torch.Tensor      # (tokens,)
+    md: AttentionMetadata
+    sample_rows: list[int]       # the flat-batch row of each sampling request's last token
+    sample_ids: list[str]        # those requests, in the same order
+    prompt_logprobs: list[tuple] # (req_id, first row, end row, target token ids, k, prompt positions done after)
+
 @patch
-@torch.inference_mode()
-def execute_model(self:ModelRunner, so:SchedulerOutput) -> ModelRunnerOutput:
-    "Run one step: update the batch state, build the flat batch, forward, sample."
-    t0 = time.perf_counter()
-    self._update_states(so)
-    if not so.total_num_scheduled_tokens: return EMPTY_MODEL_RUNNER_OUTPUT
+def _prepare_inputs(self:ModelRunner, so:SchedulerOutput) -> InputBatch:
+    "The flat batch of `so` from the runner's batch state (which it leaves as it is)."
     ids, pos, qlens, slens, tables, sample_rows, sample_ids, plp = [], [], [], [], [], [], [], []
     offset = 0
     for rid, n in so.num_scheduled_tokens.items():
@@ -99,40 +105,62 @@ def execute_model(self:ModelRunner, so:SchedulerOutput) -> ModelRunnerOutput:
         if st.sampling_params.prompt_logprobs is not None:
             lo = max(start, st.num_prompt_logprobs_done)
             end = min(start + n, len(st.prompt_token_ids) - 1)  # positions that predict a prompt token
-            if lo < end:
-                plp.append((rid, offset + lo - start, offset + end - start, st.prompt_token_ids[lo + 1:end + 1], st.sampling_params.prompt_logprobs))
-                st.num_prompt_logprobs_done = end
-        st.num_computed_tokens = start + n
+            if lo < end: plp.append((rid, offset + lo - start, offset + end - start, st.prompt_token_ids[lo + 1:end + 1],
+                                     st.sampling_params.prompt_logprobs, end))
         offset += n
     dev = self.device
-    input_ids = torch.tensor(ids, dtype=torch.int64, device=dev)
-    positions = torch.from_numpy(np.concatenate(pos)).to(dev)
-    md = build_attention_metadata(qlens, slens, tables, self.block_size, dev)
-    self.attn.prepare(md)
-    t1 = time.perf_counter()
-    hidden = self._forward(input_ids, positions, md)         # (tokens, hidden); a CUDA graph replay for a decode batch
-    logits = self.model.compute_logits(hidden[sample_rows])  # (sampling requests, vocab)
-    prompt_lps = {}
-    for rid, a, b, targets, k in plp:
+    return InputBatch(torch.tensor(ids, dtype=torch.int64, device=dev), torch.from_numpy(np.concatenate(pos)).to(dev),
+                      build_attention_metadata(qlens, slens, tables, self.block_size, dev), sample_rows, sample_ids, plp)
+
+# %% ../nbs/09_model_runner.ipynb #32cbc2ab
+@patch
+def _prompt_logprobs(self:ModelRunner, hidden, plans:list[tuple]) -> dict:
+    "Logprobs of the prompt tokens each plan scores, from the hidden states of the positions before them."
+    out = {}
+    for rid, a, b, targets, k, _ in plans:
         lp = self.model.compute_logits(hidden[a:b]).float().log_softmax(-1)  # raw, as the sampled tokens' logprobs
-        prompt_lps[rid] = gather_logprobs(lp, k, torch.tensor(targets, device=dev)).slice(0, b - a)
+        out[rid] = gather_logprobs(lp, k, torch.tensor(targets, device=self.device)).slice(0, b - a)
+    return out
+
+# %% ../nbs/09_model_runner.ipynb #78907060
+@patch
+def _sample(self:ModelRunner, logits, sample_ids:list[str]) -> tuple[list[int], LogprobsTensors|None]:
+    "Sample one token per row of `logits` (the requests `sample_ids`) and append it to their state."
+    if not sample_ids: return [], None
+    states = [self.requests[r] for r in sample_ids]
+    smd = make_sampling_metadata([s.sampling_params for s in states], [s.prompt_token_ids for s in states],
+                                 [s.output_token_ids for s in states],
+                                 {i: s.generator for i, s in enumerate(states) if s.generator is not None},
+                                 self.vocab_size, [s.eos_token_id for s in states], self.device)
+    out = self.sampler(logits, smd)
+    tokens = out.sampled_token_ids.tolist()
+    for st, t in zip(states, tokens): st.output_token_ids.append(t); st.token_ids.append(t)
+    lps = out.logprobs_tensors
+    if lps is not None: lps = LogprobsTensors(lps.logprob_token_ids.cpu(), lps.logprobs.cpu(), lps.selected_token_ranks.cpu())
+    return tokens, lps
+
+# %% ../nbs/09_model_runner.ipynb #a116ee9b
+@patch
+@torch.inference_mode()
+def execute_model(self:ModelRunner, so:SchedulerOutput) -> ModelRunnerOutput:
+    "Run one step: update the batch state, build the flat batch, forward, sample."
+    t0 = time.perf_counter()
+    self._update_states(so)
+    if not so.total_num_scheduled_tokens: return EMPTY_MODEL_RUNNER_OUTPUT
+    b = self._prepare_inputs(so)
+    self.attn.prepare(b.md)
+    t1 = time.perf_counter()
+    hidden = self._forward(b.input_ids, b.positions, b.md)    # (tokens, hidden); a CUDA graph replay for a decode batch
+    logits = self.model.compute_logits(hidden[b.sample_rows])  # (sampling requests, vocab)
+    prompt_lps = self._prompt_logprobs(hidden, b.prompt_logprobs)
     if self.device.type == "cuda": torch.cuda.synchronize()
     t2 = time.perf_counter()
-    states = [self.requests[r] for r in sample_ids]
-    out = None
-    if states:
-        smd = make_sampling_metadata([s.sampling_params for s in states], [s.prompt_token_ids for s in states],
-                                     [s.output_token_ids for s in states],
-                                     {i: s.generator for i, s in enumerate(states) if s.generator is not None},
-                                     self.vocab_size, [s.eos_token_id for s in states], dev)
-        out = self.sampler(logits, smd)
-    tokens = out.sampled_token_ids.tolist() if out else []
-    for st, t in zip(states, tokens): st.output_token_ids.append(t); st.token_ids.append(t)
-    lps = out.logprobs_tensors if out else None
-    if lps is not None: lps = LogprobsTensors(lps.logprob_token_ids.cpu(), lps.logprobs.cpu(), lps.selected_token_ranks.cpu())
+    tokens, lps = self._sample(logits, b.sample_ids)
+    for rid, n in so.num_scheduled_tokens.items(): self.requests[rid].num_computed_tokens += n
+    for rid, *_, done in b.prompt_logprobs: self.requests[rid].num_prompt_logprobs_done = done
     t3 = time.perf_counter()
     self.timings = dict(prepare=t1 - t0, forward=t2 - t1, sample=t3 - t2)
-    return ModelRunnerOutput(sample_ids, {r: i for i, r in enumerate(sample_ids)}, tokens, lps, prompt_lps)
+    return ModelRunnerOutput(b.sample_ids, {r: i for i, r in enumerate(b.sample_ids)}, tokens, lps, prompt_lps)
 
 # %% ../nbs/09_model_runner.ipynb #6802cca3
 def default_capture_sizes(max_num_seqs:int) -> list[int]:
@@ -143,9 +171,6 @@ def default_capture_sizes(max_num_seqs:int) -> list[int]:
 def padded_batch_size(sizes:list[int], n:int) -> int|None:
     "The smallest captured size that holds `n` requests (`sizes` sorted), None if none does."
     return next((s for s in sizes if s >= n), None)
-
-# %% ../nbs/09_model_runner.ipynb #24c291c4
-from .attention import AttentionMetadata
 
 # %% ../nbs/09_model_runner.ipynb #f2f329fb
 @patch

@@ -5,6 +5,7 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from litevllm.bench import make_workload, run_hf, run_litevllm, load_hf_model, hf_batches, run_serve_bench, run_async
 from litevllm.cli import main
+from litevllm.config import platform_dtypes
 from litevllm.models.llama import save_random_model
 
 ARGS = ["--workload", "custom", "--num-requests", "4", "--input-len-range", "4", "24", "--output-len-range", "3", "9", "--max-model-len", "64"]
@@ -42,7 +43,8 @@ def test_cli_throughput_json(tiny, tmp_path, capsys):
     assert len({r["output_tokens"] for r in rep["results"]}) == 1
     assert all(r["litevllm_speedup"] > 0 for r in rep["results"][:2])
     assert {"platform", "cpu_model", "cpu_count", "python", "torch", "transformers", "litevllm", "date"} <= set(rep["machine"])
-    assert rep["dtype"] == "torch.float32" and rep["device"] == "cpu" and rep["settings"]["hf_batch"] == [2, 4]
+    # dtype "auto" follows vLLM's rule: the platform's preferred dtype for this float32 checkpoint
+    assert rep["dtype"] == str(platform_dtypes(torch.device("cpu"))[0]) and rep["device"] == "cpu" and rep["settings"]["hf_batch"] == [2, 4]
     assert {r["phase"] for r in rep["breakdown_all"]} >= {"schedule", "prepare", "forward", "sample", "update", "output"}
     assert "litevllm_speedup" in capsys.readouterr().out
 
