@@ -17,7 +17,7 @@ from .kv_cache import KVCacheManager, PrefixCacheStats, plot_kv_cache
 # %% auto #0
 __all__ = ['FCFSRequestQueue', 'PriorityRequestQueue', 'create_request_queue', 'NewRequestData', 'CachedRequestData',
            'SchedulerOutput', 'EngineCoreOutput', 'SchedulerStats', 'Scheduler', 'check_stop', 'fake_model_output',
-           'run_steps', 'plot_timeline', 'record_run', 'step_through']
+           'run_steps', 'plot_timeline', 'record_run', 'StepThrough', 'step_through']
 
 # %% ../nbs/05_scheduler.ipynb #c7275565
 class FCFSRequestQueue(deque):
@@ -331,13 +331,53 @@ def record_run(scheduler:Scheduler, max_steps:int=200) -> tuple[list[dict], list
     for i, t in enumerate(timeline): t["step"] = i
     return timeline, snaps
 
-def step_through(scheduler:Scheduler, max_steps:int=200):
-    "An ipywidgets slider over the steps of a run: timeline so far (top), KV pool after the step (bottom)."
-    import ipywidgets as widgets, matplotlib.pyplot as plt
+class StepThrough:
+    "Pictures of a run, one per step: a slider widget in a live kernel; in a static page the same frames behind an HTML slider."
+    def __init__(self, draw, n:int):  # draw(i) -> the matplotlib figure of step i; n steps
+        self.draw, self.n, self._widget = draw, n, None
+
+    @property
+    def widget(self):
+        "The ipywidgets slider (made once)."
+        import ipywidgets as widgets, matplotlib.pyplot as plt
+        def show(step): self.draw(step); plt.show()
+        if self._widget is None:
+            self._widget = widgets.interactive(show, step=widgets.IntSlider(min=0, max=self.n - 1, value=0, description="step"))
+        return self._widget
+
+    def frames(self, dpi:int=60) -> list[str]:
+        "Every step's picture, as base64 PNG."
+        import base64, io, matplotlib.pyplot as plt
+        res = []
+        for i in range(self.n):
+            fig, buf = self.draw(i), io.BytesIO()
+            fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight"); plt.close(fig)
+            res.append(base64.b64encode(buf.getvalue()).decode())
+        return res
+
+    def html(self) -> str:
+        "A page-only slider: every frame is in the page, a few lines of JS show the chosen one."
+        import uuid
+        uid = f"st-{uuid.uuid4().hex[:8]}"
+        imgs = "".join(f'<img alt="step {i}" src="data:image/png;base64,{f}" style="max-width:100%;{"" if i == 0 else "display:none"}">'
+                       for i, f in enumerate(self.frames()))
+        return (f'<div class="step-through" id="{uid}"><label>step <input type="range" min="0" max="{self.n - 1}" value="0"></label> '
+                f'<output>0</output><div>{imgs}</div></div><script>(function(){{const d=document.getElementById("{uid}"),'
+                f'r=d.querySelector("input"),o=d.querySelector("output"),im=d.querySelectorAll("img");'
+                f'r.addEventListener("input",()=>{{o.textContent=r.value;im.forEach((e,i)=>e.style.display=i==r.value?"":"none")}})}})()</script>')
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        # Jupyter shows the widget; a page without a kernel (the docs site) falls back to the HTML frames
+        return {**self.widget._repr_mimebundle_(), "text/html": self.html()}
+
+def step_through(scheduler:Scheduler, max_steps:int=200) -> StepThrough:
+    "A slider over the steps of a run: timeline so far (top), KV pool after the step (bottom)."
+    import matplotlib.pyplot as plt
     timeline, snaps = record_run(scheduler, max_steps)
-    def show(step):
+    def draw(step):
         fig, (a, b) = plt.subplots(2, 1, figsize=(10, 7), gridspec_kw=dict(height_ratios=[1, 1.2]))
         plot_timeline(timeline[:step + 1], f"steps 0..{step}", ax=a)
         plot_kv_cache(snaps[step], f"KV pool after step {step}", ax=b)
-        plt.show()
-    return widgets.interactive(show, step=widgets.IntSlider(min=0, max=len(timeline) - 1, value=0, description="step"))
+        return fig
+    return StepThrough(draw, len(timeline))
+

@@ -178,6 +178,10 @@ def convert(nb_path, src_rel, page, pages, doc_url, show_source=True):
             if not tags: c['metadata'].pop('tags')
             c['source'] = body
             for o in c.get('outputs', []):
+                data = o.get('data', {})
+                # a widget has no kernel on the site: its static HTML form (e.g. 05_scheduler's StepThrough) is shown instead
+                if 'application/vnd.jupyter.widget-view+json' in data and 'text/html' in data:
+                    del data['application/vnd.jupyter.widget-view+json']
                 if 'text/markdown' in o.get('data', {}):
                     md = _source({'source': o['data']['text/markdown']})
                     if show_source: md = _re_src_link.sub('', md)  # the source is on the page already
