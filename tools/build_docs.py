@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT/'docs_assets'
 NB_DIRS = {'nbs': '', 'kernels_nbs': 'kernels'}  # source folder -> folder in the site
 SECTIONS = {'': None, 'kernels': 'Kernels'}
+SECTION_AFTER = {'kernels': 'nbs/07_attention.ipynb'}  # reading order: the kernels right after the notebook that calls them
 CACHE = ROOT/'.cache'/'docs'
 
 # --- 1. nbdev processing (runs in worker processes) ---------------------------------------------------------------------
@@ -59,6 +60,35 @@ def _exec_all(skip_flags):
         def end(self): pass  # widget state: pages show widgets as static frames (see `convert`), not as live widgets
     return exec_all
 
+def _book_renderer(base):
+    """nbdev's `show_doc` renderer, with a class's own signature and docstring: enums list their members, pydantic models their
+    fields, a subclass of a builtin (`deque`) shows its base rather than `(*args, **kwargs)`, nothing inherited from a library."""
+    import dataclasses, enum, inspect
+    class BookRenderer(base):
+        def __init__(self, sym, *args, **kwargs):
+            super().__init__(sym, *args, **kwargs)
+            if not inspect.isclass(sym): return
+            own_doc = inspect.cleandoc(sym.__dict__.get('__doc__') or '')
+            bases = ', '.join(b.__qualname__ if b.__module__ == 'builtins' else f'{b.__module__.split(".")[0]}.{b.__qualname__}'
+                              if b.__module__.split('.')[0] != sym.__module__.split('.')[0] else b.__qualname__ for b in sym.__bases__)
+            head = f'class {self.nm}({bases})'
+            if issubclass(sym, enum.Enum):
+                self.dm = head
+                rows = '\n'.join(f'| `{m.name}` | `{m.value!r}` |' for m in sym)
+                self.docs = own_doc + f'\n\n| member | value |\n|---|---|\n{rows}'
+            elif hasattr(sym, 'model_fields') and hasattr(sym, 'model_json_schema'):  # pydantic
+                def field(n, f):
+                    ann = inspect.formatannotation(f.annotation) if f.annotation is not None else ''
+                    return f'    {n}: {ann}' + ('' if f.is_required() else f' = {f.get_default(call_default_factory=False)!r}')
+                self.dm = head + ':\n' + '\n'.join(field(n, f) for n, f in sym.model_fields.items())
+                self.docs = own_doc
+            else:
+                init = next((k.__dict__['__init__'] for k in sym.__mro__ if '__init__' in k.__dict__), None)
+                ours = hasattr(init, '__code__') and (getattr(init, '__module__', '') or '').split('.')[0] == sym.__module__.split('.')[0]
+                if not ours and not dataclasses.is_dataclass(sym): self.dm = head  # a builtin's `__init__` (deque) says nothing
+                self.docs = own_doc or (self.docs if ours else '')
+    return BookRenderer
+
 def _proc_one(item):
     "Run nbdev's docs processors on one notebook (`src` -> `dst`) and execute it; optionally keep exported source."
     src, dst, show_source, skip_flags, key = item
@@ -72,6 +102,8 @@ def _proc_one(item):
     from fastcore.nbio import read_nb, write_nb
     from nbdev.processors import FilterDefaults, rm_export, mv_exports, add_fold, exec_show_docs
     ex = _exec_all(skip_flags)
+    import nbdev.showdoc as sd
+    if not hasattr(sd, '_book'): sd.BasicMarkdownRenderer, sd._book = _book_renderer(sd.BasicMarkdownRenderer), True
     class BookProcs(FilterDefaults):  # mv_exports misplaces show_docs after an exported cell with none: convert() reorders
         def base_procs(self):
             procs = [ex if p is exec_show_docs else p for p in super().base_procs()]
@@ -135,20 +167,36 @@ def _attr_links(md):
         return f'<a href="{m[2]}"{attrs}>{m[1]}</a>'
     return _re_attr_link.sub(html, md)
 
+def _plain_headings(md):
+    "Headings without inline code: the TOC entry of `### `schedule()`` is otherwise blank and its anchor (#_1) dead."
+    lines, fence = md.split('\n'), False
+    for i, l in enumerate(lines):
+        if l.lstrip().startswith(('```', '~~~')): fence = not fence
+        elif not fence and re.match(r'^#{1,6}\s', l): lines[i] = l.replace('`', '')
+    return '\n'.join(lines)
+
 def convert(nb_path, src_rel, page, pages, doc_url, show_source=True):
     "Rewrite the nbdev-processed notebook at `nb_path` for mkdocs-jupyter; returns the page title."
     nb = json.loads(nb_path.read_text())
     page_dir, src_dir = os.path.dirname(page), os.path.dirname(src_rel)
     def fix(md):
         def rel(target): return os.path.relpath(target, page_dir or '.').replace(os.sep, '/')
-        if doc_url: md = re.sub(re.escape(doc_url.rstrip('/')) + r'/([\w.-]+\.html)', lambda m: rel(m[1]), md)
+        if doc_url:  # nbdev's doc links: page.html#cls.method -> the page's id for that heading (nbconvert drops the dot)
+            md = re.sub(re.escape(doc_url.rstrip('/')) + r'/([\w./-]+\.html)(#[\w.-]+)?', lambda m: rel(m[1]) + (m[2] or '').replace('.', ''), md)
         def nb_link(m):
             path, _, anchor = m[2].partition('#')
             if re.match(r'^[a-z]+:', path) or not path.endswith('.ipynb'): return m[0]
             tgt = pages.get(os.path.normpath(os.path.join(src_dir, path)))
             return m[0] if tgt is None else f'{m[1]}({rel(tgt)}{"#" + anchor if anchor else ""})'
+        md = re.sub(r'\[(`_\w[^`]*`)\]\([\w./-]*#_[\w.-]*\)', r'\1', md)  # a private name has no show_doc: no anchor to link to
         return re.sub(r'(\[[^\]]*\])\(([^)\s]+)\)', nb_link, md)
     src_cells = nb['cells']
+    i = 0
+    while i < len(src_cells):  # nbdev inserts the show_docs of one cell in reverse: back to the order of definition
+        j = i
+        while j < len(src_cells) and src_cells[j].get('has_sd'): j += 1
+        if j > i + 1: src_cells[i:j] = src_cells[i:j][::-1]
+        i = max(j, i + 1)
     for i in range(len(src_cells)):  # exported source, then its show_docs -> the show_docs, then the source
         if src_cells[i].get('metadata', {}).pop('exported', None):
             j = i + 1
@@ -168,7 +216,7 @@ def convert(nb_path, src_rel, page, pages, doc_url, show_source=True):
             continue
         if c['cell_type'] == 'markdown':
             if src.strip().startswith('<!-- WARNING: THIS FILE WAS AUTOGENERATED'): continue
-            c['source'] = fix(src)
+            c['source'] = fix(_plain_headings(src))
         elif c['cell_type'] == 'code':
             d, body = _directives(src)
             if d.get('include') == 'false': continue
@@ -272,9 +320,12 @@ def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2,
         src_rel = os.path.relpath(src, ROOT)
         title = convert(dst, src_rel, os.path.relpath(dst, docs), pages, doc_url, show_source)
         entry = {title: os.path.relpath(dst, docs).replace(os.sep, '/')}
-        if SECTIONS.get(site_dir): sections.setdefault(SECTIONS[site_dir], []).append(entry)
+        if SECTIONS.get(site_dir): sections.setdefault(site_dir, []).append(entry)
         else: nav.append(entry)
-    nav += [{k: v} for k, v in sections.items()]
+    for site_dir, entries in sections.items():
+        after = pages.get(SECTION_AFTER.get(site_dir, ''))
+        at = next((i + 1 for i, e in enumerate(nav) if list(e.values())[0] == (after or '').replace('.html', '.ipynb')), len(nav))
+        nav.insert(at, {SECTIONS[site_dir]: entries})
     (docs/'assets').mkdir(parents=True, exist_ok=True)
     for d, site_dir in NB_DIRS.items():  # figures of cells the build does not run (`#| slow`), written by those cells
         if (ROOT/d/'images').is_dir(): shutil.copytree(ROOT/d/'images', docs/site_dir/'images', dirs_exist_ok=True)
