@@ -89,6 +89,25 @@ def _book_renderer(base):
                 self.docs = own_doc or (self.docs if ours else '')
     return BookRenderer
 
+def _add_site_dir_links():
+    """nbdev's `_modidx` only indexes notebooks under `nbs/`: give the symbols exported from the other folders (the kernels)
+    doc links too, so that `paged_decode` in a notebook links to its page. For this build only (nothing is written)."""
+    import importlib
+    from nbdev.doclinks import _get_modidx
+    cfg_lib = ROOT/'litevllm'
+    try: mi = importlib.import_module('litevllm._modidx')
+    except ImportError: return
+    if mi.d.get('_book'): return
+    for d, site_dir in NB_DIRS.items():
+        if not site_dir: continue
+        for py in sorted(cfg_lib.rglob('*.py')):
+            if py.name.startswith('_'): continue
+            try: idx = _get_modidx(py, ROOT, ROOT/d)
+            except ValueError: continue  # exported from another folder
+            for mod, syms in idx.items():
+                mi.d['syms'].setdefault(mod, {}).update({k: (f'{site_dir}/{loc}', src) for k, (loc, src) in syms.items()})
+    mi.d['_book'] = True
+
 def _proc_one(item):
     "Run nbdev's docs processors on one notebook (`src` -> `dst`) and execute it; optionally keep exported source."
     src, dst, show_source, skip_flags, key = item
@@ -101,6 +120,7 @@ def _proc_one(item):
     os.chdir(src.parent)  # as nbdev-test runs a notebook; nbdev's get_config() finds pyproject.toml from there
     from fastcore.nbio import read_nb, write_nb
     from nbdev.processors import FilterDefaults, rm_export, mv_exports, add_fold, exec_show_docs
+    _add_site_dir_links()
     ex = _exec_all(skip_flags)
     import nbdev.showdoc as sd
     if not hasattr(sd, '_book'): sd.BasicMarkdownRenderer, sd._book = _book_renderer(sd.BasicMarkdownRenderer), True
