@@ -260,3 +260,31 @@ def test_search_finds_vllm_terms(page, server, term, page_name):
     hrefs = [page.locator(".md-search-result__link").nth(i).get_attribute("href") for i in range(results.count())]
     assert hrefs and all(h.startswith(server) or not h.startswith("http") for h in hrefs), hrefs
     if page_name: assert any(page_name in h for h in hrefs), (term, hrefs)
+
+
+# --- the build itself --------------------------------------------------------------------------------------------------
+
+def _nb(*cells):
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "display_name": "python3", "language": "python"}},
+            "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "outputs": [], "execution_count": None, "source": s}
+                      for i, s in enumerate(cells)]}
+
+
+@pytest.mark.parametrize("cells, fails", [
+    (["x = 41", "#| slow\nraise RuntimeError('a slow cell is not run by the build')", "x + 1"], False),
+    (["x = 41", "1/0", "x + 1"], True),
+])
+def test_a_failing_cell_fails_the_build(tmp_path, cells, fails):
+    "The build executes every cell but the flagged ones, and a cell that raises stops it, naming the notebook and the cell."
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    src, dst = tmp_path / "nbs" / "t.ipynb", tmp_path / "out" / "t.ipynb"
+    src.parent.mkdir(); src.write_text(json.dumps(_nb(*cells)))
+    code = (f"import sys; from pathlib import Path; sys.path.insert(0, {str(ROOT / 'tools')!r}); import build_docs\n"
+            f"build_docs._proc_one((Path({str(src)!r}), Path({str(dst)!r}), True, ['slow', 'gpu', 'notest'], None))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    if fails:
+        assert r.returncode != 0 and "ZeroDivisionError" in r.stderr and "t.ipynb cell" in r.stderr, r.stderr[-2000:]
+    else:
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = [c.get("outputs") for c in json.loads(dst.read_text())["cells"] if c["cell_type"] == "code"]
+        assert any("42" in json.dumps(o) for o in out), out  # the last cell ran, after the skipped slow one
