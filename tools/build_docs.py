@@ -115,6 +115,7 @@ def _proc_one(item):
     dst.parent.mkdir(parents=True, exist_ok=True)
     if key and cached.exists(): shutil.copy(cached, dst); return str(dst)
     os.environ.setdefault('TRITON_INTERPRET', '1')  # kernel notebooks' export cells define @triton.jit functions
+    if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))  # this checkout's litevllm, whatever the venv has installed
     os.environ['OMP_NUM_THREADS'] = '1'  # two notebooks at once on 2 cores (set before torch is first imported here)
     os.environ.setdefault('MPLBACKEND', 'agg')
     os.chdir(src.parent)  # as nbdev-test runs a notebook; nbdev's get_config() finds pyproject.toml from there
@@ -332,8 +333,14 @@ def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2,
         key = cache_key(src, show_source, skip_flags, common) if use_cache else None
         items.append((src, docs/page, show_source, skip_flags, key))
     if len(set(pages.values())) != len(pages): sys.exit(f'two notebooks map to one page: {pages}')
+    # this checkout's litevllm in the workers (a venv may have another checkout installed, e.g. a git worktree's main)
+    os.environ['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get('PYTHONPATH')]))
     # spawn: a fresh interpreter per worker, so the build's own imports never leak into notebooks
     parallel(_proc_one, items, n_workers=min(n_workers, len(items)), method='spawn', progress=False)
+    if use_cache:  # keep only this build's executed notebooks: the cache does not grow with every change
+        keep = {f'{it[-1]}.ipynb' for it in items}
+        for f in CACHE.glob('*.ipynb'):
+            if f.name not in keep: f.unlink()
     doc_url = (cfg.get('doc_host') or '').rstrip('/') + (cfg.get('doc_baseurl') or '')
     nav, sections = [], {}
     for (src, site_dir), (_, dst, *_) in zip(nbs, items):
