@@ -288,3 +288,19 @@ def test_a_failing_cell_fails_the_build(tmp_path, cells, fails):
         assert r.returncode == 0, r.stderr[-2000:]
         out = [c.get("outputs") for c in json.loads(dst.read_text())["cells"] if c["cell_type"] == "code"]
         assert any("42" in json.dumps(o) for o in out), out  # the last cell ran, after the skipped slow one
+
+
+def _text(html_text, sep=" "): return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", sep, html_text))
+
+
+def test_api_reference(site):
+    "Enums list their members; deque and pydantic subclasses show their own signature; show_docs in definition order."
+    req = _text((site / "request.html").read_text())
+    assert "class RequestStatus(enum.IntEnum)" in req and "member value" in req
+    assert all(f"{m.name} {m.value}" in req for m in __import__("litevllm.request", fromlist=["RequestStatus"]).RequestStatus)
+    code = _text((site / "scheduler.html").read_text(), sep="")  # highlighted code: tokens are spans
+    assert "class FCFSRequestQueue(collections.deque)" in code and "*args, **kwargs" not in code.split("FCFSRequestQueue¶")[1][:200]
+    order = [code.index(f"{n}¶") for n in ("NewRequestData", "CachedRequestData", "SchedulerOutput", "EngineCoreOutput")]
+    assert order == sorted(order), order  # as defined in the notebook, not reversed
+    for f in site.glob("*.html"):
+        assert "A base class for creating Pydantic models" not in f.read_text(), f  # a model's own docstring, or none
