@@ -11,7 +11,7 @@ from .sampling_params import SamplingParams
 from .inputs import EngineCoreRequest
 
 # %% auto #0
-__all__ = ['LEGAL_TRANSITIONS', 'RequestStatus', 'FinishReason', 'Request']
+__all__ = ['LEGAL_TRANSITIONS', 'RequestStatus', 'FinishReason', 'Mermaid', 'state_diagram', 'Request']
 
 # %% ../nbs/03_request.ipynb #0df67f8c
 class RequestStatus(enum.IntEnum):
@@ -56,6 +56,28 @@ LEGAL_TRANSITIONS: dict[RequestStatus, set[RequestStatus]] = {
     _S.PREEMPTED: {_S.RUNNING, _S.FINISHED_ABORTED},
     **{s: set() for s in _FINISHED},
 }
+
+# %% ../nbs/03_request.ipynb #f5676485
+_EDGE_LABELS = {(_S.WAITING, _S.RUNNING): "scheduled", (_S.RUNNING, _S.PREEMPTED): "out of KV blocks",
+                (_S.PREEMPTED, _S.RUNNING): "rescheduled, recomputed", (_S.RUNNING, _S.FINISHED_STOPPED): "EOS, stop token, stop string",
+                (_S.RUNNING, _S.FINISHED_LENGTH_CAPPED): "max_tokens, max_model_len", (_S.WAITING, _S.FINISHED_IGNORED): "can never fit",
+                (_S.WAITING_FOR_FSM, _S.WAITING): "grammar compiled", (_S.WAITING_FOR_REMOTE_KVS, _S.WAITING): "KV blocks arrived"}
+
+class Mermaid:
+    "A mermaid diagram: shown as a diagram by JupyterLab and by the docs site."
+    def __init__(self, source:str): self.source = source
+    def _repr_markdown_(self): return f"```mermaid\n{self.source}\n```"
+    def __repr__(self): return self.source
+
+def state_diagram(transitions:dict=LEGAL_TRANSITIONS, labels:dict=_EDGE_LABELS) -> Mermaid:
+    "The request state machine as a mermaid state diagram, one edge per legal transition."
+    lines = ["stateDiagram-v2", f"    [*] --> {RequestStatus.WAITING.name}"]
+    for a, bs in transitions.items():
+        for b in sorted(bs):
+            lab = labels.get((a, b))
+            lines.append(f"    {a.name} --> {b.name}" + (f": {lab}" if lab else ""))
+    lines += [f"    {s.name} --> [*]" for s in RequestStatus if RequestStatus.is_finished(s)]
+    return Mermaid("\n".join(lines))
 
 # %% ../nbs/03_request.ipynb #69c8153c
 class Request:

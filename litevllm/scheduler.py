@@ -17,7 +17,7 @@ from .kv_cache import KVCacheManager, PrefixCacheStats, plot_kv_cache
 # %% auto #0
 __all__ = ['FCFSRequestQueue', 'PriorityRequestQueue', 'create_request_queue', 'NewRequestData', 'CachedRequestData',
            'SchedulerOutput', 'EngineCoreOutput', 'SchedulerStats', 'Scheduler', 'check_stop', 'fake_model_output',
-           'run_steps', 'plot_timeline', 'record_run', 'step_through']
+           'run_steps', 'plot_timeline', 'record_run', 'StepThrough', 'step_through']
 
 # %% ../nbs/05_scheduler.ipynb #c7275565
 class FCFSRequestQueue(deque):
@@ -125,7 +125,7 @@ class Scheduler:
     def get_num_unfinished_requests(self) -> int: return len(self.waiting) + len(self.running)
     def has_unfinished_requests(self) -> bool: return self.get_num_unfinished_requests() > 0
 
-# %% ../nbs/05_scheduler.ipynb #691ed4dd
+# %% ../nbs/05_scheduler.ipynb #71f1b896
 @patch
 def _victim(self:Scheduler) -> Request:
     "The running request to preempt: the last admitted (fcfs), or the largest (priority, arrival_time)."
@@ -145,49 +145,64 @@ def _preempt(self:Scheduler, idx:int) -> Request:
     return victim
 
 @patch
-def _cap(self:Scheduler, request:Request, num_new_tokens:int, budget:int, has_company:bool) -> int:
+def _cap(self:Scheduler, request:Request, num_new_tokens:int, token_budget:int, has_company:bool) -> int:
     if has_company and 0 < self.long_prefill_token_threshold < num_new_tokens: num_new_tokens = self.long_prefill_token_threshold
-    return min(num_new_tokens, budget, self.max_model_len - 1 - request.num_computed_tokens)
+    return min(num_new_tokens, token_budget, self.max_model_len - 1 - request.num_computed_tokens)
 
+@dataclass
+class _Step:
+    "What one `schedule()` call builds up."
+    token_budget: int   # tokens left to give out this step
+    has_company: bool   # more than one unfinished request: long_prefill_token_threshold applies
+    num_scheduled: dict[str, int] = field(default_factory=dict)
+    new_reqs: list[NewRequestData] = field(default_factory=list)
+    cached: CachedRequestData = field(default_factory=CachedRequestData)
+    preempted: set[str] = field(default_factory=set)
+
+    def add_cached(self, request:Request, block_ids:list[int], resumed:bool, num_computed:int):
+        c = self.cached
+        c.req_ids.append(request.request_id); c.resumed_from_preemption.append(resumed)
+        c.new_block_ids.append(block_ids); c.num_computed_tokens.append(num_computed)
+
+    def drop_cached(self, rid:str):
+        "A request scheduled earlier this step was preempted: take its tokens back."
+        self.token_budget += self.num_scheduled.pop(rid)
+        j = self.cached.req_ids.index(rid)
+        for name in ("req_ids", "resumed_from_preemption", "new_block_ids", "num_computed_tokens"): getattr(self.cached, name).pop(j)
+
+# %% ../nbs/05_scheduler.ipynb #ecc03c8d
 @patch
-def schedule(self:Scheduler) -> SchedulerOutput:
-    "Pick this step's requests and token counts (vLLM V1's rule)."
-    budget = self.max_num_batched_tokens
-    num_scheduled: dict[str, int] = {}
-    new_reqs, cached, preempted = [], CachedRequestData(), set()
-    has_company = self.get_num_unfinished_requests() > 1
-
-    # 1. running requests, in admission order
+def _schedule_running(self:Scheduler, st:_Step):
+    "Give each running request its tokens, preempting others when the pool runs dry."
     i = 0
-    while i < len(self.running) and budget > 0:
+    while i < len(self.running) and st.token_budget > 0:
         request = self.running[i]
-        n = self._cap(request, request.num_tokens - request.num_computed_tokens, budget, has_company)
+        n = self._cap(request, request.num_tokens - request.num_computed_tokens, st.token_budget, st.has_company)
         if n <= 0: i += 1; continue
         while (new_blocks := self.kv_cache_manager.allocate_slots(request, n)) is None:
             victim_idx = self.running.index(self._victim())
             victim = self._preempt(victim_idx)
-            preempted.add(victim.request_id)
+            st.preempted.add(victim.request_id)
             if victim is request: break
-            if victim.request_id in num_scheduled:  # scheduled earlier this step: take its tokens back
-                budget += num_scheduled.pop(victim.request_id)
-                j = cached.req_ids.index(victim.request_id)
-                for name in ("req_ids", "resumed_from_preemption", "new_block_ids", "num_computed_tokens"): getattr(cached, name).pop(j)
+            if victim.request_id in st.num_scheduled: st.drop_cached(victim.request_id)
             if victim_idx < i: i -= 1  # the list shifted under us
         if new_blocks is None: break  # it preempted itself: nothing more fits
-        num_scheduled[request.request_id] = n
-        budget -= n
-        cached.req_ids.append(request.request_id); cached.resumed_from_preemption.append(False)
-        cached.new_block_ids.append([b.block_id for b in new_blocks]); cached.num_computed_tokens.append(request.num_computed_tokens)
+        st.num_scheduled[request.request_id] = n
+        st.token_budget -= n
+        st.add_cached(request, [b.block_id for b in new_blocks], False, request.num_computed_tokens)
         i += 1
 
-    # 2. waiting requests, only in a step that preempted nobody
-    while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+# %% ../nbs/05_scheduler.ipynb #9e3bd2cb
+@patch
+def _schedule_waiting(self:Scheduler, st:_Step):
+    "Admit waiting requests, in queue order, while the budget, max_num_seqs and the pool allow."
+    while self.waiting and st.token_budget > 0 and len(self.running) < self.max_num_seqs:
         request = self.waiting.peek_request()
         hit_blocks, num_hit = self.kv_cache_manager.get_computed_blocks(request)
         n = request.num_tokens - num_hit
-        if has_company and 0 < self.long_prefill_token_threshold < n: n = self.long_prefill_token_threshold
-        if not self.enable_chunked_prefill and n > budget: break  # waits; nothing behind it jumps the queue
-        n = min(n, budget)
+        if st.has_company and 0 < self.long_prefill_token_threshold < n: n = self.long_prefill_token_threshold
+        if not self.enable_chunked_prefill and n > st.token_budget: break  # waits; nothing behind it jumps the queue
+        n = min(n, st.token_budget)
         new_blocks = self.kv_cache_manager.allocate_slots(request, n, num_hit, hit_blocks)
         if new_blocks is None: break  # the pool is full: wait for blocks
         self.waiting.pop_request()
@@ -197,17 +212,21 @@ def schedule(self:Scheduler) -> SchedulerOutput:
         request.num_computed_tokens = num_hit
         if request.num_cached_tokens < 0: request.num_cached_tokens = num_hit
         block_ids = self.kv_cache_manager.get_block_ids(request.request_id)
-        if resumed:
-            cached.req_ids.append(request.request_id); cached.resumed_from_preemption.append(True)
-            cached.new_block_ids.append(block_ids); cached.num_computed_tokens.append(num_hit)
-        else: new_reqs.append(NewRequestData(request.request_id, request.prompt_token_ids, request.sampling_params, block_ids, num_hit,
-                                            request.eos_token_id))
-        num_scheduled[request.request_id] = n
-        budget -= n
+        if resumed: st.add_cached(request, block_ids, True, num_hit)
+        else: st.new_reqs.append(NewRequestData(request.request_id, request.prompt_token_ids, request.sampling_params, block_ids,
+                                                num_hit, request.eos_token_id))
+        st.num_scheduled[request.request_id] = n
+        st.token_budget -= n
 
-    # 3. the tokens scheduled now count as computed (their K/V are written during this step's forward)
-    for rid, n in num_scheduled.items(): self.requests[rid].num_computed_tokens += n
-    out = SchedulerOutput(new_reqs, cached, num_scheduled, sum(num_scheduled.values()), self.finished_req_ids, preempted)
+# %% ../nbs/05_scheduler.ipynb #65ecf1ac
+@patch
+def schedule(self:Scheduler) -> SchedulerOutput:
+    "Pick this step's requests and token counts (vLLM V1's rule)."
+    st = _Step(self.max_num_batched_tokens, self.get_num_unfinished_requests() > 1)
+    self._schedule_running(st)
+    if not st.preempted: self._schedule_waiting(st)
+    for rid, n in st.num_scheduled.items(): self.requests[rid].num_computed_tokens += n
+    out = SchedulerOutput(st.new_reqs, st.cached, st.num_scheduled, sum(st.num_scheduled.values()), self.finished_req_ids, st.preempted)
     self.finished_req_ids = set()
     return out
 
@@ -331,13 +350,53 @@ def record_run(scheduler:Scheduler, max_steps:int=200) -> tuple[list[dict], list
     for i, t in enumerate(timeline): t["step"] = i
     return timeline, snaps
 
-def step_through(scheduler:Scheduler, max_steps:int=200):
-    "An ipywidgets slider over the steps of a run: timeline so far (top), KV pool after the step (bottom)."
-    import ipywidgets as widgets, matplotlib.pyplot as plt
+class StepThrough:
+    "Pictures of a run, one per step: a slider widget in a live kernel; in a static page the same frames behind an HTML slider."
+    def __init__(self, draw, n:int):  # draw(i) -> the matplotlib figure of step i; n steps
+        self.draw, self.n, self._widget = draw, n, None
+
+    @property
+    def widget(self):
+        "The ipywidgets slider (made once)."
+        import ipywidgets as widgets, matplotlib.pyplot as plt
+        def show(step): self.draw(step); plt.show()
+        if self._widget is None:
+            self._widget = widgets.interactive(show, step=widgets.IntSlider(min=0, max=self.n - 1, value=0, description="step"))
+        return self._widget
+
+    def frames(self, dpi:int=60) -> list[str]:
+        "Every step's picture, as base64 PNG."
+        import base64, io, matplotlib.pyplot as plt
+        res = []
+        for i in range(self.n):
+            fig, buf = self.draw(i), io.BytesIO()
+            fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight"); plt.close(fig)
+            res.append(base64.b64encode(buf.getvalue()).decode())
+        return res
+
+    def html(self) -> str:
+        "A page-only slider: every frame is in the page, a few lines of JS show the chosen one."
+        import uuid
+        uid = f"st-{uuid.uuid4().hex[:8]}"
+        imgs = "".join(f'<img alt="step {i}" src="data:image/png;base64,{f}" style="max-width:100%;{"" if i == 0 else "display:none"}">'
+                       for i, f in enumerate(self.frames()))
+        return (f'<div class="step-through" id="{uid}"><label>step <input type="range" min="0" max="{self.n - 1}" value="0"></label> '
+                f'<output>0</output><div>{imgs}</div></div><script>(function(){{const d=document.getElementById("{uid}"),'
+                f'r=d.querySelector("input"),o=d.querySelector("output"),im=d.querySelectorAll("img");'
+                f'r.addEventListener("input",()=>{{o.textContent=r.value;im.forEach((e,i)=>e.style.display=i==r.value?"":"none")}})}})()</script>')
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        # Jupyter shows the widget; a page without a kernel (the docs site) falls back to the HTML frames
+        return {**self.widget._repr_mimebundle_(), "text/html": self.html()}
+
+def step_through(scheduler:Scheduler, max_steps:int=200) -> StepThrough:
+    "A slider over the steps of a run: timeline so far (top), KV pool after the step (bottom)."
+    import matplotlib.pyplot as plt
     timeline, snaps = record_run(scheduler, max_steps)
-    def show(step):
+    def draw(step):
         fig, (a, b) = plt.subplots(2, 1, figsize=(10, 7), gridspec_kw=dict(height_ratios=[1, 1.2]))
         plot_timeline(timeline[:step + 1], f"steps 0..{step}", ax=a)
         plot_kv_cache(snaps[step], f"KV pool after step {step}", ax=b)
-        plt.show()
-    return widgets.interactive(show, step=widgets.IntSlider(min=0, max=len(timeline) - 1, value=0, description="step"))
+        return fig
+    return StepThrough(draw, len(timeline))
+

@@ -1,5 +1,5 @@
 "The docs site: built offline from the notebooks, then read in headless Chromium as a person would."
-import functools, http.server, json, os, re, subprocess, sys, threading
+import ast, functools, html.parser, http.server, json, os, re, subprocess, sys, threading, urllib.parse
 from pathlib import Path
 import pytest
 
@@ -24,15 +24,20 @@ def expected_pages():
     return res
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    "One site build per session (executed notebooks are cached in .cache/docs/, so a second session is quick)."
     out, work = tmp_path_factory.mktemp("site"), tmp_path_factory.mktemp("work")
     subprocess.run([sys.executable, str(ROOT / "tools" / "build_docs.py"), "--out", str(out), "--work", str(work)],
                    check=True, cwd=ROOT)
-    return out
+    return out, work
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
+def site(built): return built[0]
+
+
+@pytest.fixture(scope="session")
 def server(site):
     handler = functools.partial(QuietHandler, directory=str(site))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)  # port 0: a free port
@@ -45,7 +50,7 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args): pass
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
     if not CHROMIUM.exists():
         if os.environ.get("CI"): pytest.fail(f"{CHROMIUM} is missing in CI: `make setup-browser` installs it")
@@ -100,13 +105,16 @@ def test_front_page_and_nav(page, server):
     for path, title in expected_pages().items():
         assert path in nav, f"{path} is not in the nav: {nav}"
         if title: assert nav[path] == title, f"nav entry for {path}: {nav[path]!r}, expected {title!r}"
+    order = list(nav)  # reading order: the kernels right after the attention notebook that calls them
+    kernels = [i for i, p in enumerate(order) if p.startswith("kernels/")]
+    assert kernels and order.index("attention.html") < min(kernels) and max(kernels) < order.index("sampler.html"), order
     page.wait_for_function("window.MathJax && window.MathJax.version")  # MathJax comes from the site itself
 
 
 def test_mermaid_renders(page, server, site):
     "mkdocs-material turns each `pre.mermaid` into a `div.mermaid` holding the drawing once mermaid has run."
     with_mermaid = [p for p in expected_pages() if 'class="mermaid"' in (site / p).read_text()]
-    assert "index.html" in with_mermaid
+    assert "index.html" in with_mermaid and "request.html" in with_mermaid  # request.html: drawn from LEGAL_TRANSITIONS
     for p in with_mermaid:
         n = (site / p).read_text().count('<pre class="mermaid">')
         page.goto(f"{server}/{p}")
@@ -125,3 +133,174 @@ def test_search_works_offline(page, server):
     hrefs = [page.locator(".md-search-result__link").nth(i).get_attribute("href") for i in range(results.count())]
     assert all(h and (h.startswith(server) or not h.startswith("http")) for h in hrefs), hrefs  # nothing outside the site
     assert any("scheduler.html" in h for h in hrefs), hrefs
+
+
+# --- every output of the notebooks reaches the page -----------------------------------------------------------------
+
+SKIP_FLAGS = {"slow", "gpu", "notest", "export", "exports", "hide"}  # cells the page does not show run (or shows no output of)
+
+
+def _draws(node):
+    "Does this statement call something that draws: plt.*, plot_*, step_through?"
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            f = n.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if isinstance(f, ast.Attribute) and getattr(f.value, "id", "") == "plt" and name in ("subplots", "figure", "plot", "imshow", "bar"): return True
+            if name.startswith("plot_") or name == "step_through": return True
+    return False
+
+
+def figure_cells(nb_path):
+    "Code cells of a notebook that draw a figure at top level (from the source: not from what the build made)."
+    n = 0
+    for c in json.loads(nb_path.read_text())["cells"]:
+        src = "".join(c["source"])
+        if c["cell_type"] != "code": continue
+        flags = {m[1] for m in re.finditer(r"^#\|\s*([\w-]+)", src, re.M)}
+        if flags & SKIP_FLAGS: continue
+        try: tree = ast.parse("\n".join(l for l in src.splitlines() if not l.lstrip().startswith(("%", "!"))))
+        except SyntaxError: continue
+        if any(_draws(s) for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))): n += 1
+    return n
+
+
+def source_notebooks():
+    "{page path: source notebook}"
+    res = {}
+    for d, prefix in NB_DIRS.items():
+        for f in sorted((ROOT / d).glob("*.ipynb")):
+            if f.name.startswith(("_", ".")): continue
+            stem = "index" if f.stem == "index" else re.sub(r"^\d+[a-zA-Z0-9]*_", "", f.stem.lower())
+            res[f"{prefix}{stem}.html"] = f
+    return res
+
+
+def test_figure_cells_found():
+    "The pages that must show figures: the scheduler (timelines, the step-through), the KV cache, the tour."
+    nbs = source_notebooks()
+    for p in ("scheduler.html", "kv_cache.html", "request_lifecycle.html"): assert figure_cells(nbs[p]) >= 1, p
+
+
+def test_every_figure_is_an_image(page, server, built):
+    "Page by page: each cell that draws gives at least one picture, every picture loads, the executed outputs all show."
+    site, work = built
+    for p, nb in source_notebooks().items():
+        executed = json.loads((work / "docs" / p.replace(".html", ".ipynb")).read_text())
+        n_png = sum("image/png" in o.get("data", {}) for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
+        page.goto(f"{server}/{p}")
+        page.wait_for_load_state("load")
+        imgs = page.locator("article img")
+        sizes = imgs.evaluate_all("es => es.map(e => [e.getAttribute('src').slice(0, 40), e.complete && e.naturalWidth])")
+        broken = [s for s, w in sizes if not w]
+        assert not broken, f"{p}: images that do not load: {broken}"
+        assert len(sizes) >= max(figure_cells(nb), n_png), f"{p}: {len(sizes)} images, {figure_cells(nb)} cells draw, {n_png} PNG outputs"
+
+
+def test_step_through_slider_moves(page, server):
+    "05_scheduler's step-through: a reader without a kernel moves the slider and sees another step's picture."
+    page.goto(f"{server}/scheduler.html")
+    st = page.locator(".step-through").first
+    slider, shown = st.locator("input[type=range]"), st.locator("img:visible")
+    n = int(slider.get_attribute("max")) + 1
+    assert n >= 3 and st.locator("img").count() == n
+    assert shown.count() == 1 and shown.get_attribute("alt") == "step 0"
+    slider.fill(str(n - 1))
+    assert shown.count() == 1 and shown.get_attribute("alt") == f"step {n - 1}"
+
+
+class _Refs(html.parser.HTMLParser):
+    "Every link, image and id of a page, and the table-of-contents entries."
+    def __init__(self):
+        super().__init__(); self.links, self.srcs, self.ids, self.toc, self._toc = [], [], set(), [], None
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a: self.ids.add(a["id"])
+        if tag == "a" and a.get("href"):
+            self.links.append(a["href"])
+            if "md-nav__link" in (a.get("class") or "") and a["href"].startswith("#"): self._toc = [a["href"], ""]
+        if tag in ("img", "script") and a.get("src"): self.srcs.append(a["src"])
+    def handle_data(self, data):
+        if self._toc is not None: self._toc[1] += data
+    def handle_endtag(self, tag):
+        if tag == "a" and self._toc is not None: self.toc.append((self._toc[0], self._toc[1].strip())); self._toc = None
+
+
+def test_no_broken_links_or_images(site):
+    "Every internal link, image and script resolves to a file of the site, every #anchor to an id; no empty TOC entry."
+    parsed = {f: _Refs() for f in site.glob("**/*.html") if f.name != "404.html"}  # 404.html: absolute paths, by design
+    for f, r in parsed.items(): r.feed(f.read_text())
+    bad = []
+    for f, r in parsed.items():
+        for href, text in r.toc:
+            if not text: bad.append(f"{f.name}: empty table-of-contents entry {href}")
+        for u in r.links + r.srcs:
+            if re.match(r"^[a-z]+:", u) or u.startswith("//"): continue  # outside (the repo link) or data:
+            path, _, anchor = urllib.parse.unquote(u).partition("#")
+            target = (f.parent / path).resolve() if path else f
+            if target.is_dir(): target = target / "index.html"
+            if not target.is_file(): bad.append(f"{f.relative_to(site)}: {u} (no such file)"); continue
+            if anchor and target.suffix == ".html":
+                ids = parsed[target].ids if target in parsed else set()
+                if anchor not in ids: bad.append(f"{f.relative_to(site)}: {u} (no such anchor)")
+    assert not bad, "\n".join(bad[:40]) + f"\n({len(bad)} in all)"
+    # kernel functions resolve: a book page outside kernels/ links to a kernel's own entry
+    assert any(re.match(r"^(\./)?kernels/\w+\.html#\w+", u) for f, r in parsed.items() if f.parent == site for u in r.links)
+
+
+@pytest.mark.parametrize("term, page_name", [("token_budget", "scheduler.html"), ("allocate_slots", "kv_cache.html"),
+                                             ("num_computed_tokens", None), ("block_table", "attention.html")])
+def test_search_finds_vllm_terms(page, server, term, page_name):
+    "A reader coming from vLLM searches its names and lands on the notebook that explains them."
+    page.goto(f"{server}/index.html")
+    page.locator("label.md-search__icon, input.md-search__input").first.click()
+    page.locator("input.md-search__input").press_sequentially(term, delay=20)
+    results = page.locator(".md-search-result__item")
+    results.first.wait_for()
+    hrefs = [page.locator(".md-search-result__link").nth(i).get_attribute("href") for i in range(results.count())]
+    assert hrefs and all(h.startswith(server) or not h.startswith("http") for h in hrefs), hrefs
+    if page_name: assert any(page_name in h for h in hrefs), (term, hrefs)
+
+
+# --- the build itself --------------------------------------------------------------------------------------------------
+
+def _nb(*cells):
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "display_name": "python3", "language": "python"}},
+            "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "outputs": [], "execution_count": None, "source": s}
+                      for i, s in enumerate(cells)]}
+
+
+@pytest.mark.parametrize("cells, fails", [
+    (["x = 41", "#| slow\nraise RuntimeError('a slow cell is not run by the build')", "x + 1"], False),
+    (["x = 41", "1/0", "x + 1"], True),
+])
+def test_a_failing_cell_fails_the_build(tmp_path, cells, fails):
+    "The build executes every cell but the flagged ones, and a cell that raises stops it, naming the notebook and the cell."
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    src, dst = tmp_path / "nbs" / "t.ipynb", tmp_path / "out" / "t.ipynb"
+    src.parent.mkdir(); src.write_text(json.dumps(_nb(*cells)))
+    code = (f"import sys; from pathlib import Path; sys.path.insert(0, {str(ROOT / 'tools')!r}); import build_docs\n"
+            f"build_docs._proc_one((Path({str(src)!r}), Path({str(dst)!r}), True, ['slow', 'gpu', 'notest'], None))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    if fails:
+        assert r.returncode != 0 and "ZeroDivisionError" in r.stderr and "t.ipynb cell" in r.stderr, r.stderr[-2000:]
+    else:
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = [c.get("outputs") for c in json.loads(dst.read_text())["cells"] if c["cell_type"] == "code"]
+        assert any("42" in json.dumps(o) for o in out), out  # the last cell ran, after the skipped slow one
+
+
+def _text(html_text, sep=" "): return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", sep, html_text))
+
+
+def test_api_reference(site):
+    "Enums list their members; deque and pydantic subclasses show their own signature; show_docs in definition order."
+    req = _text((site / "request.html").read_text())
+    assert "class RequestStatus(enum.IntEnum)" in req and "member value" in req
+    assert all(f"{m.name} {m.value}" in req for m in __import__("litevllm.request", fromlist=["RequestStatus"]).RequestStatus)
+    code = _text((site / "scheduler.html").read_text(), sep="")  # highlighted code: tokens are spans
+    assert "class FCFSRequestQueue(collections.deque)" in code and "*args, **kwargs" not in code.split("FCFSRequestQueue¶")[1][:200]
+    order = [code.index(f"{n}¶") for n in ("NewRequestData", "CachedRequestData", "SchedulerOutput", "EngineCoreOutput")]
+    assert order == sorted(order), order  # as defined in the notebook, not reversed
+    for f in site.glob("*.html"):
+        assert "A base class for creating Pydantic models" not in f.read_text(), f  # a model's own docstring, or none

@@ -5,9 +5,12 @@
 
 1. Every notebook in `nbs/` and `kernels_nbs/` (nbdev's globbing: names starting with `_` or `.` are skipped) goes through
    nbdev's own docs processors (`nbdev.processors.FilterDefaults`, what `nbdev-proc-nbs` runs): front matter from the title
-   cell, `#| hide` cells dropped, `show_doc` added after each exported definition, and the import, export and `show_doc`
-   cells executed (only those, in 2 worker processes) so that `show_doc` has its output. Other cells are not run: pages show
-   the notebooks as committed (clean, no outputs).
+   cell, `#| hide` cells dropped, `show_doc` added after each exported definition. Then the whole notebook is **executed**
+   (as Quarto does for nbdev), in 2 worker processes with one torch thread each, so every output reaches the page: figures,
+   printed objects, tables. Cells flagged with a test flag (`tst_flags`: `slow`, `gpu`, `notest`) are not run (their
+   figures come from files in `nbs/images/`, which the site gets a copy of); import and export cells always run. A cell
+   that raises fails the build, naming the notebook and the cell. Executed notebooks are cached in `.cache/docs/`, keyed
+   by the notebook's content, the library's code, `nbs/images/` and this script: a rebuild re-runs only what changed.
 2. What Quarto would have read is turned into what mkdocs-jupyter reads: front matter -> `# title` / `> description`,
    `#| echo: false` -> a `remove_input` tag, other `#|` lines removed, keys nbformat rejects (`has_sd`,
    `metadata.execution`) stripped, links between notebooks and nbdev's doc links made local.
@@ -19,13 +22,15 @@ By default an exported cell's source is shown after its `show_doc`s, as nbdev sh
 about the code (cells of imports only stay hidden). `--no-source` gives nbdev's default (`show_doc` only).
 """
 from __future__ import annotations
-import argparse, ast, json, os, re, shutil, subprocess, sys, time
+import argparse, ast, hashlib, json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT/'docs_assets'
 NB_DIRS = {'nbs': '', 'kernels_nbs': 'kernels'}  # source folder -> folder in the site
 SECTIONS = {'': None, 'kernels': 'Kernels'}
+SECTION_AFTER = {'kernels': 'nbs/07_attention.ipynb'}  # reading order: the kernels right after the notebook that calls them
+CACHE = ROOT/'.cache'/'docs'
 
 # --- 1. nbdev processing (runs in worker processes) ---------------------------------------------------------------------
 
@@ -39,23 +44,114 @@ def _rm_hidden(cell):
         if trees and all(isinstance(t, (ast.Import, ast.ImportFrom)) for t in trees): del cell['source']
         else: cell.metadata['exported'] = True
 
+def _exec_all(skip_flags):
+    "nbdev's `exec_show_docs`, running every code cell (not only imports, exports and `show_doc`), in order."
+    from nbdev.processors import exec_show_docs, _do_eval
+    class exec_all(exec_show_docs):
+        def __call__(self, cell):
+            if not hasattr(self, 'k') or cell.cell_type != 'code': return
+            d = getattr(cell, 'directives_', {}) or {}
+            if 'false' in str(d.get('eval', '')).lower(): return
+            if not _do_eval(cell) and (set(d) & set(skip_flags) or not cell.source.strip()): return
+            self.k.cell(cell)
+            if (e := self.k.exc):
+                raise RuntimeError(f"{self.nb.path_ if hasattr(self.nb, 'path_') else ''} cell {cell.idx_} failed during the docs build:\n"
+                                   f"{cell.source}\n{type(e).__name__}: {e}") from e
+        def end(self): pass  # widget state: pages show widgets as static frames (see `convert`), not as live widgets
+    return exec_all
+
+def _book_renderer(base):
+    """nbdev's `show_doc` renderer, with a class's own signature and docstring: enums list their members, pydantic models their
+    fields, a subclass of a builtin (`deque`) shows its base rather than `(*args, **kwargs)`, nothing inherited from a library."""
+    import dataclasses, enum, inspect
+    class BookRenderer(base):
+        def __init__(self, sym, *args, **kwargs):
+            super().__init__(sym, *args, **kwargs)
+            if not inspect.isclass(sym): return
+            own_doc = inspect.cleandoc(sym.__dict__.get('__doc__') or '')
+            bases = ', '.join(b.__qualname__ if b.__module__ == 'builtins' else f'{b.__module__.split(".")[0]}.{b.__qualname__}'
+                              if b.__module__.split('.')[0] != sym.__module__.split('.')[0] else b.__qualname__ for b in sym.__bases__)
+            head = f'class {self.nm}({bases})'
+            if issubclass(sym, enum.Enum):
+                self.dm = head
+                rows = '\n'.join(f'| `{m.name}` | `{m.value!r}` |' for m in sym)
+                self.docs = own_doc + f'\n\n| member | value |\n|---|---|\n{rows}'
+            elif hasattr(sym, 'model_fields') and hasattr(sym, 'model_json_schema'):  # pydantic
+                def field(n, f):
+                    ann = inspect.formatannotation(f.annotation) if f.annotation is not None else ''
+                    return f'    {n}: {ann}' + ('' if f.is_required() else f' = {f.get_default(call_default_factory=False)!r}')
+                self.dm = head + ':\n' + '\n'.join(field(n, f) for n, f in sym.model_fields.items())
+                self.docs = own_doc
+            else:
+                init = next((k.__dict__['__init__'] for k in sym.__mro__ if '__init__' in k.__dict__), None)
+                ours = hasattr(init, '__code__') and (getattr(init, '__module__', '') or '').split('.')[0] == sym.__module__.split('.')[0]
+                if not ours and not dataclasses.is_dataclass(sym): self.dm = head  # a builtin's `__init__` (deque) says nothing
+                self.docs = own_doc or (self.docs if ours else '')
+    return BookRenderer
+
+def _add_site_dir_links():
+    """nbdev's `_modidx` only indexes notebooks under `nbs/`: give the symbols exported from the other folders (the kernels)
+    doc links too, so that `paged_decode` in a notebook links to its page. For this build only (nothing is written)."""
+    import importlib
+    from nbdev.doclinks import _get_modidx
+    cfg_lib = ROOT/'litevllm'
+    try: mi = importlib.import_module('litevllm._modidx')
+    except ImportError: return
+    if mi.d.get('_book'): return
+    for d, site_dir in NB_DIRS.items():
+        if not site_dir: continue
+        for py in sorted(cfg_lib.rglob('*.py')):
+            if py.name.startswith('_'): continue
+            try: idx = _get_modidx(py, ROOT, ROOT/d)
+            except ValueError: continue  # exported from another folder
+            for mod, syms in idx.items():
+                mi.d['syms'].setdefault(mod, {}).update({k: (f'{site_dir}/{loc}', src) for k, (loc, src) in syms.items()})
+    mi.d['_book'] = True
+
 def _proc_one(item):
-    "Run nbdev's docs processors on one notebook (`src` -> `dst`), optionally keeping exported source."
-    src, dst, show_source = item
+    "Run nbdev's docs processors on one notebook (`src` -> `dst`) and execute it; optionally keep exported source."
+    src, dst, show_source, skip_flags, key = item
+    cached = CACHE/f'{key}.ipynb'
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if key and cached.exists(): shutil.copy(cached, dst); return str(dst)
     os.environ.setdefault('TRITON_INTERPRET', '1')  # kernel notebooks' export cells define @triton.jit functions
+    if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))  # this checkout's litevllm, whatever the venv has installed
+    os.environ['OMP_NUM_THREADS'] = '1'  # two notebooks at once on 2 cores (set before torch is first imported here)
+    os.environ.setdefault('MPLBACKEND', 'agg')
     os.chdir(src.parent)  # as nbdev-test runs a notebook; nbdev's get_config() finds pyproject.toml from there
     from fastcore.nbio import read_nb, write_nb
-    from nbdev.processors import FilterDefaults, rm_export, mv_exports, add_fold
+    from nbdev.processors import FilterDefaults, rm_export, mv_exports, add_fold, exec_show_docs
+    _add_site_dir_links()
+    ex = _exec_all(skip_flags)
+    import nbdev.showdoc as sd
+    if not hasattr(sd, '_book'): sd.BasicMarkdownRenderer, sd._book = _book_renderer(sd.BasicMarkdownRenderer), True
     class BookProcs(FilterDefaults):  # mv_exports misplaces show_docs after an exported cell with none: convert() reorders
         def base_procs(self):
-            return [_rm_hidden if p is rm_export else p for p in super().base_procs() if p not in (mv_exports, add_fold)]
+            procs = [ex if p is exec_show_docs else p for p in super().base_procs()]
+            if not show_source: return procs
+            return [_rm_hidden if p is rm_export else p for p in procs if p not in (mv_exports, add_fold)]
     nb = read_nb(src)
+    nb.path_ = src.name
     os.environ['IN_TEST'] = '1'  # as nbdev's serve_drv: library code may check it
-    try: (BookProcs if show_source else FilterDefaults)()(nb)
+    try: BookProcs()(nb)
     finally: del os.environ['IN_TEST']
-    dst.parent.mkdir(parents=True, exist_ok=True)
     write_nb(nb, dst)
+    if key: CACHE.mkdir(parents=True, exist_ok=True); shutil.copy(dst, cached)
     return str(dst)
+
+def _hash_files(paths):
+    h = hashlib.sha256()
+    for f in sorted(paths):
+        h.update(str(f.relative_to(ROOT)).encode()); h.update(f.read_bytes())
+    return h.hexdigest()
+
+def cache_key(src, show_source, skip_flags, common):
+    "The executed notebook's cache key: its content, the library, nbs/images/, this script and the build options."
+    return hashlib.sha256(f'{common}|{_hash_files([src])}|{show_source}|{sorted(skip_flags)}'.encode()).hexdigest()[:32]
+
+def common_hash():
+    files = [f for d in ('litevllm', 'nbs/images') for f in (ROOT/d).rglob('*') if f.is_file() and '__pycache__' not in f.parts]
+    return _hash_files(files + [Path(__file__).resolve(), ROOT/'pyproject.toml'])
 
 def find_notebooks():
     "[(source path, folder in site)] for every notebook nbdev would document, index first."
@@ -92,20 +188,36 @@ def _attr_links(md):
         return f'<a href="{m[2]}"{attrs}>{m[1]}</a>'
     return _re_attr_link.sub(html, md)
 
+def _plain_headings(md):
+    "Headings without inline code: the TOC entry of `### `schedule()`` is otherwise blank and its anchor (#_1) dead."
+    lines, fence = md.split('\n'), False
+    for i, l in enumerate(lines):
+        if l.lstrip().startswith(('```', '~~~')): fence = not fence
+        elif not fence and re.match(r'^#{1,6}\s', l): lines[i] = l.replace('`', '')
+    return '\n'.join(lines)
+
 def convert(nb_path, src_rel, page, pages, doc_url, show_source=True):
     "Rewrite the nbdev-processed notebook at `nb_path` for mkdocs-jupyter; returns the page title."
     nb = json.loads(nb_path.read_text())
     page_dir, src_dir = os.path.dirname(page), os.path.dirname(src_rel)
     def fix(md):
         def rel(target): return os.path.relpath(target, page_dir or '.').replace(os.sep, '/')
-        if doc_url: md = re.sub(re.escape(doc_url.rstrip('/')) + r'/([\w.-]+\.html)', lambda m: rel(m[1]), md)
+        if doc_url:  # nbdev's doc links: page.html#cls.method -> the page's id for that heading (nbconvert drops the dot)
+            md = re.sub(re.escape(doc_url.rstrip('/')) + r'/([\w./-]+\.html)(#[\w.-]+)?', lambda m: rel(m[1]) + (m[2] or '').replace('.', ''), md)
         def nb_link(m):
             path, _, anchor = m[2].partition('#')
             if re.match(r'^[a-z]+:', path) or not path.endswith('.ipynb'): return m[0]
             tgt = pages.get(os.path.normpath(os.path.join(src_dir, path)))
             return m[0] if tgt is None else f'{m[1]}({rel(tgt)}{"#" + anchor if anchor else ""})'
+        md = re.sub(r'\[(`_\w[^`]*`)\]\([\w./-]*#_[\w.-]*\)', r'\1', md)  # a private name has no show_doc: no anchor to link to
         return re.sub(r'(\[[^\]]*\])\(([^)\s]+)\)', nb_link, md)
     src_cells = nb['cells']
+    i = 0
+    while i < len(src_cells):  # nbdev inserts the show_docs of one cell in reverse: back to the order of definition
+        j = i
+        while j < len(src_cells) and src_cells[j].get('has_sd'): j += 1
+        if j > i + 1: src_cells[i:j] = src_cells[i:j][::-1]
+        i = max(j, i + 1)
     for i in range(len(src_cells)):  # exported source, then its show_docs -> the show_docs, then the source
         if src_cells[i].get('metadata', {}).pop('exported', None):
             j = i + 1
@@ -114,9 +226,8 @@ def convert(nb_path, src_rel, page, pages, doc_url, show_source=True):
     title, cells = None, []
     for c in src_cells:
         has_sd = c.pop('has_sd', None)
-        ran = c.get('metadata', {}).pop('execution', None)
+        c.get('metadata', {}).pop('execution', None)
         if c['cell_type'] == 'code':
-            if ran and not has_sd: c['outputs'] = []  # run only for show_doc's sake: show it as committed
             c['execution_count'] = None
         src = _source(c)
         if c['cell_type'] == 'raw' and (fm := _front_matter(src)) is not None:
@@ -126,7 +237,7 @@ def convert(nb_path, src_rel, page, pages, doc_url, show_source=True):
             continue
         if c['cell_type'] == 'markdown':
             if src.strip().startswith('<!-- WARNING: THIS FILE WAS AUTOGENERATED'): continue
-            c['source'] = fix(src)
+            c['source'] = fix(_plain_headings(src))
         elif c['cell_type'] == 'code':
             d, body = _directives(src)
             if d.get('include') == 'false': continue
@@ -136,6 +247,10 @@ def convert(nb_path, src_rel, page, pages, doc_url, show_source=True):
             if not tags: c['metadata'].pop('tags')
             c['source'] = body
             for o in c.get('outputs', []):
+                data = o.get('data', {})
+                # a widget has no kernel on the site: its static HTML form (e.g. 05_scheduler's StepThrough) is shown instead
+                if 'application/vnd.jupyter.widget-view+json' in data and 'text/html' in data:
+                    del data['application/vnd.jupyter.widget-view+json']
                 if 'text/markdown' in o.get('data', {}):
                     md = _source({'source': o['data']['text/markdown']})
                     if show_source: md = _re_src_link.sub('', md)  # the source is on the page already
@@ -195,7 +310,7 @@ def write_yaml(d, path):
     txt = txt.replace("'!!python/name:pymdownx.superfences.fence_code_format'", '!!python/name:pymdownx.superfences.fence_code_format')
     path.write_text(txt)
 
-def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2, quiet=False):
+def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2, quiet=False, use_cache=True):
     "Build the site from the notebooks into `out`; returns the nav."
     t0, out, work = time.time(), Path(out).resolve(), Path(work).resolve()
     from nbdev.config import get_config
@@ -207,25 +322,40 @@ def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2,
     nbs = find_notebooks()
     if not nbs: sys.exit('no notebooks found in ' + ', '.join(NB_DIRS))
     pages, items = {}, []
+    skip_flags = cfg.get('tst_flags', '') or ''
+    skip_flags = skip_flags.split() if isinstance(skip_flags, str) else list(skip_flags)
+    common = common_hash() if use_cache else None
     for src, site_dir in nbs:
         from nbdev.config import nbpath2html
         stem = 'index' if src.name == 'index.ipynb' else nbpath2html(src).stem  # Quarto's page name: config.html
         page = os.path.join(site_dir, stem + '.ipynb')
         pages[os.path.relpath(src, ROOT)] = page.replace('.ipynb', '.html')
-        items.append((src, docs/page, show_source))
+        key = cache_key(src, show_source, skip_flags, common) if use_cache else None
+        items.append((src, docs/page, show_source, skip_flags, key))
     if len(set(pages.values())) != len(pages): sys.exit(f'two notebooks map to one page: {pages}')
+    # this checkout's litevllm in the workers (a venv may have another checkout installed, e.g. a git worktree's main)
+    os.environ['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get('PYTHONPATH')]))
     # spawn: a fresh interpreter per worker, so the build's own imports never leak into notebooks
     parallel(_proc_one, items, n_workers=min(n_workers, len(items)), method='spawn', progress=False)
+    if use_cache:  # keep only this build's executed notebooks: the cache does not grow with every change
+        keep = {f'{it[-1]}.ipynb' for it in items}
+        for f in CACHE.glob('*.ipynb'):
+            if f.name not in keep: f.unlink()
     doc_url = (cfg.get('doc_host') or '').rstrip('/') + (cfg.get('doc_baseurl') or '')
     nav, sections = [], {}
-    for (src, site_dir), (_, dst, _) in zip(nbs, items):
+    for (src, site_dir), (_, dst, *_) in zip(nbs, items):
         src_rel = os.path.relpath(src, ROOT)
         title = convert(dst, src_rel, os.path.relpath(dst, docs), pages, doc_url, show_source)
         entry = {title: os.path.relpath(dst, docs).replace(os.sep, '/')}
-        if SECTIONS.get(site_dir): sections.setdefault(SECTIONS[site_dir], []).append(entry)
+        if SECTIONS.get(site_dir): sections.setdefault(site_dir, []).append(entry)
         else: nav.append(entry)
-    nav += [{k: v} for k, v in sections.items()]
+    for site_dir, entries in sections.items():
+        after = pages.get(SECTION_AFTER.get(site_dir, ''))
+        at = next((i + 1 for i, e in enumerate(nav) if list(e.values())[0] == (after or '').replace('.html', '.ipynb')), len(nav))
+        nav.insert(at, {SECTIONS[site_dir]: entries})
     (docs/'assets').mkdir(parents=True, exist_ok=True)
+    for d, site_dir in NB_DIRS.items():  # figures of cells the build does not run (`#| slow`), written by those cells
+        if (ROOT/d/'images').is_dir(): shutil.copytree(ROOT/d/'images', docs/site_dir/'images', dirs_exist_ok=True)
     for f in ('mermaid.min.js', 'tex-svg-full.js'): shutil.copy(ASSETS/f, docs/'assets'/f)
     (docs/'assets'/'mathjax-config.js').write_text(MATHJAX_CONFIG)
     (docs/'assets'/'extra.css').write_text(EXTRA_CSS)
@@ -247,8 +377,10 @@ if __name__ == '__main__':
                    "a name starting with '_' keeps it out of nbdev's globbing)")
     p.add_argument('--no-source', action='store_true', help="nbdev's default: show_doc only, no exported source")
     p.add_argument('--n-workers', type=int, default=2)
+    p.add_argument('--no-cache', action='store_true', help='execute every notebook, ignoring .cache/docs/')
     a = p.parse_args()
     # run as the module `build_docs`, not `__main__`, so spawned workers can unpickle `_proc_one` by name
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import build_docs
-    build_docs.build(Path(a.out).resolve(), Path(a.work).resolve(), show_source=not a.no_source, n_workers=a.n_workers)
+    build_docs.build(Path(a.out).resolve(), Path(a.work).resolve(), show_source=not a.no_source, n_workers=a.n_workers,
+                     use_cache=not a.no_cache)
