@@ -50,7 +50,9 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args): pass
 
 
-@pytest.fixture(scope="session")
+# module scope, not session: playwright's sync API keeps an event loop running in this thread while it is open, and every
+# later test module that calls asyncio.run() would fail with "cannot be called from a running event loop"
+@pytest.fixture(scope="module")
 def browser():
     if not CHROMIUM.exists():
         if os.environ.get("CI"): pytest.fail(f"{CHROMIUM} is missing in CI: `make setup-browser` installs it")

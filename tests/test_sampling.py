@@ -202,7 +202,7 @@ def test_logprobs_are_raw_with_vllm_ranks():
 
 @pytest.fixture(scope="module")
 def llm():
-    return LLM(max_model_len=512, seed=0, kv_cache_memory_bytes=64 * 2**20)
+    return LLM(max_model_len=512, seed=0, kv_cache_memory_bytes=64 * 2**20, dtype="float32")  # compared with transformers in float32
 
 
 @pytest.fixture(scope="module")

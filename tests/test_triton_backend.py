@@ -24,7 +24,7 @@ def test_triton_matches_torch_greedy(tiny):
     sp = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
     res = {}
     for backend in ("torch", "triton"):
-        llm = LLM(str(tiny), attention_backend=backend, max_model_len=128, block_size=16, max_num_batched_tokens=32,
+        llm = LLM(str(tiny), attention_backend=backend, dtype="float32", max_model_len=128, block_size=16, max_num_batched_tokens=32,
                   num_gpu_blocks_override=32)
         runner = llm.llm_engine.engine_core.model_runner
         assert runner.attn.name == backend and runner.kv_caches[0][0].shape[-1] == runner.model.layers[0].self_attn.head_dim
