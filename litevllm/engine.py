@@ -7,8 +7,9 @@ Docs: https://litevllm.github.io/litevllm/engine.html.md"""
 # %% ../nbs/11_engine.ipynb #005d8794
 from __future__ import annotations
 import dataclasses, logging, time
-from .config import EngineArgs, VllmConfig
+from .config import EngineArgs, VllmConfig, DEFAULT_MODEL_NAME
 from .sampling_params import SamplingParams
+from .exceptions import VLLMValidationError
 from .inputs import InputProcessor, EngineCoreRequest, get_tokenizer, PromptType
 from .request import Request, RequestStatus
 from .scheduler import Scheduler, EngineCoreOutput, SchedulerStats
@@ -63,6 +64,7 @@ class LLMEngine:
         self.output_processor = OutputProcessor(self.tokenizer)
         self.engine_core = EngineCore(vllm_config)
         self.log_stats = not vllm_config.disable_log_stats
+        self.stat_logger = self._make_stat_logger() if self.log_stats else None  # what get_metrics() reads
         self._last_log = time.monotonic()
         self.output_timings: list[float] = []
 
@@ -83,30 +85,32 @@ def process_inputs(self:LLMEngine, request_id:str, prompt:PromptType, params:Sam
     params = SamplingParams() if params is None else params
     if bad_words := getattr(params, "bad_words", None):
         params._bad_words_token_ids = bad_words_token_ids(self.tokenizer, bad_words)
-    if not isinstance(request_id, str) or not request_id: raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+    if not isinstance(request_id, str): raise TypeError(f"request_id must be a string, got {type(request_id)}")  # vLLM's check
+    if not request_id: raise VLLMValidationError("request_id must be a non-empty string", parameter="request_id", value=request_id)
     if request_id in self.output_processor.request_states or request_id in self.output_processor.parent_requests:
-        raise ValueError(f"request_id {request_id!r} is already in use")
+        raise VLLMValidationError(f"request_id {request_id!r} is already in use", parameter="request_id", value=request_id)
     return self.input_processor.process_inputs(request_id, prompt, params, arrival_time, priority)
 
 @patch
-def add_processed_request(self:LLMEngine, req:EngineCoreRequest, queue=None):
-    "Add a validated request (fanning out n > 1 into children)."
+def add_processed_request(self:LLMEngine, req:EngineCoreRequest, queue=None) -> str:
+    "Add a validated request (fanning out n > 1 into children); its id."
     p = req.sampling_params
     if p.n == 1:
         self.output_processor.add_request(req, queue=queue)
         self.engine_core.add_request(req)
-        return
+        return req.request_id
     parent = ParentRequest(req.request_id, p)
     for i, cid in enumerate(parent.child_ids):
         child = dataclasses.replace(req, request_id=cid, sampling_params=parent.child_params(i))
         self.output_processor.add_request(child, parent, i, queue)
         self.engine_core.add_request(child)
+    return req.request_id
 
 @patch
 def add_request(self:LLMEngine, request_id:str, prompt:PromptType, params:SamplingParams|None=None,
-                arrival_time:float|None=None, priority:int=0):
-    "Validate and add one request."
-    self.add_processed_request(self.process_inputs(request_id, prompt, params, arrival_time, priority))
+                arrival_time:float|None=None, priority:int=0) -> str:
+    "Validate and add one request; its id (as vLLM, which returns it)."
+    return self.add_processed_request(self.process_inputs(request_id, prompt, params, arrival_time, priority))
 
 def bad_words_token_ids(tokenizer, bad_words:list[str]) -> list[list[int]]:
     "Token sequences of each bad word, as vLLM bans them: the word, and its leading-space form if that is a different word token."
@@ -123,6 +127,8 @@ def bad_words_token_ids(tokenizer, bad_words:list[str]) -> list[list[int]]:
 @patch
 def step(self:LLMEngine, stats_observer=None) -> list[RequestOutput]:
     "One engine step: the RequestOutputs it produced. `stats_observer` (e.g. `metrics.IterationStats`) sees each request's news."
+    own_stats = stats_observer is None and self.stat_logger is not None  # AsyncLLM brings its own observer and logger
+    if own_stats: stats_observer = self.stat_logger.new_iteration_stats()
     outputs = self.engine_core.step()
     t0, now = time.perf_counter(), time.time()
     states = self.output_processor.request_states
@@ -134,6 +140,7 @@ def step(self:LLMEngine, stats_observer=None) -> list[RequestOutput]:
         if st.finish_reason is not None: stats_observer.update_from_finished_request(st.finish_reason, st.stats, len(st.prompt_token_ids), now)
     if self.engine_core.record_step_timings and self.engine_core.step_timings:
         self.engine_core.step_timings[-1]["output"] = time.perf_counter() - t0
+    if own_stats: self.stat_logger.record_engine_step(self, stats_observer)
     if self.log_stats and time.monotonic() - self._last_log > self.vllm_config.log_stats_interval: self.log_stats_line()
     return proc.request_outputs
 
@@ -158,3 +165,16 @@ def log_stats_line(self:LLMEngine):
 
 @patch
 def reset_prefix_cache(self:LLMEngine) -> bool: return self.engine_core.reset_prefix_cache()
+
+# %% ../nbs/11_engine.ipynb #55d85f65
+@patch
+def _make_stat_logger(self:LLMEngine):
+    from litevllm.metrics import PrometheusStatLogger  # a later notebook: imported only when stats are on
+    name = DEFAULT_MODEL_NAME if self.vllm_config.args.model is None else str(self.vllm_config.args.model)
+    return PrometheusStatLogger(name, self.engine_core.scheduler.kv_cache_manager.block_pool.num_blocks)
+
+@patch
+def get_metrics(self:LLMEngine) -> list:
+    "A snapshot of the `vllm:*` metrics (vLLM's `Metric` objects); needs stats on, as vLLM's."
+    if self.stat_logger is None: raise AssertionError("Stat logging disabled")  # vLLM: assert self.log_stats
+    return self.stat_logger.get_metrics_snapshot()

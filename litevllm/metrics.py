@@ -8,11 +8,13 @@ Docs: https://litevllm.github.io/litevllm/metrics.html.md"""
 from __future__ import annotations
 import time
 from dataclasses import dataclass, field
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, disable_created_metrics
+import prometheus_client as prom
+from prometheus_client import CollectorRegistry, generate_latest, disable_created_metrics
 from .scheduler import EngineCoreOutput, SchedulerStats
 
 # %% auto #0
-__all__ = ['FinishedRequestStats', 'IterationStats', 'PrometheusStatLogger', 'parse_metrics', 'metric_value']
+__all__ = ['FinishedRequestStats', 'IterationStats', 'PrometheusStatLogger', 'parse_metrics', 'metric_value', 'Metric', 'Counter',
+           'Vector', 'Gauge', 'Histogram', 'get_metrics_snapshot']
 
 # %% ../nbs/13_metrics.ipynb #ca69d52c
 @dataclass
@@ -67,9 +69,9 @@ class PrometheusStatLogger:
         self.registry = r = registry or CollectorRegistry()
         self.model_name, self.num_blocks = model_name, num_blocks
         lab = ["model_name"]
-        def gauge(name, doc): return Gauge(name, doc, lab, registry=r, multiprocess_mode="mostrecent").labels(model_name)
-        def counter(name, doc): return Counter(name, doc, lab, registry=r).labels(model_name)
-        def hist(name, doc, buckets): return Histogram(name, doc, lab, buckets=buckets, registry=r).labels(model_name)
+        def gauge(name, doc): return prom.Gauge(name, doc, lab, registry=r, multiprocess_mode="mostrecent").labels(model_name)
+        def counter(name, doc): return prom.Counter(name, doc, lab, registry=r).labels(model_name)
+        def hist(name, doc, buckets): return prom.Histogram(name, doc, lab, buckets=buckets, registry=r).labels(model_name)
         self.num_requests_running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.num_requests_waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
         self.kv_cache_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
@@ -82,7 +84,7 @@ class PrometheusStatLogger:
         self.num_preemptions = counter("vllm:num_preemptions", "Cumulative number of preemptions.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
-        self.request_success = Counter("vllm:request_success", "Count of finished requests, by finish reason.",
+        self.request_success = prom.Counter("vllm:request_success", "Count of finished requests, by finish reason.",
                                        lab + ["finished_reason"], registry=r)
         for reason in ("stop", "length", "abort"): self.request_success.labels(model_name, reason)
         self.ttft = hist("vllm:time_to_first_token_seconds", "Time to first token, in seconds.", _LATENCY_BUCKETS)
@@ -146,3 +148,57 @@ def metric_value(text_or_dict:str|dict, name:str) -> float:
     "The sum of a metric's samples over all label sets (e.g. 'vllm:num_requests_running')."
     d = parse_metrics(text_or_dict) if isinstance(text_or_dict, str) else text_or_dict
     return sum(v for k, v in d.items() if k == name or k.startswith(name + "{"))
+
+# %% ../nbs/13_metrics.ipynb #fe350e0f
+@dataclass
+class Metric:
+    "One metric with one set of labels (vLLM's `vllm.v1.metrics.reader.Metric`)."
+    name: str
+    labels: dict[str, str]
+
+@dataclass
+class Counter(Metric):
+    value: int
+
+@dataclass
+class Vector(Metric):
+    values: list[int]
+
+@dataclass
+class Gauge(Metric):
+    value: float
+
+@dataclass
+class Histogram(Metric):
+    count: int
+    sum: float
+    buckets: dict[str, int]  # le bound -> observations at or below it (cumulative, '+Inf' = count)
+
+# %% ../nbs/13_metrics.ipynb #995f273b
+def get_metrics_snapshot(registry:CollectorRegistry) -> list[Metric]:
+    "The `vllm:*` metrics of `registry` as `Metric` objects (vLLM's `get_metrics_snapshot`, on a registry of our own)."
+    res = []
+    for m in registry.collect():
+        if not m.name.startswith("vllm:"): continue
+        def samples(suffix=""): return [s for s in m.samples if s.name == m.name + suffix]
+        if m.type == "gauge": res += [Gauge(m.name, s.labels, s.value) for s in samples()]
+        elif m.type == "counter": res += [Counter(m.name, s.labels, int(s.value)) for s in samples("_total")]
+        elif m.type == "histogram":
+            key = lambda labels: frozenset((k, v) for k, v in labels.items() if k != "le")
+            buckets, counts, sums = {}, {key(s.labels): int(s.value) for s in samples("_count")}, {key(s.labels): s.value for s in samples("_sum")}
+            for s in samples("_bucket"): buckets.setdefault(key(s.labels), {})[s.labels["le"]] = int(s.value)
+            res += [Histogram(m.name, dict(k), counts[k], sums[k], b) for k, b in buckets.items()]
+    return res
+
+@patch
+def get_metrics_snapshot(self:PrometheusStatLogger) -> list[Metric]: return get_metrics_snapshot(self.registry)
+
+# %% ../nbs/13_metrics.ipynb #84cfd296
+@patch
+def new_iteration_stats(self:PrometheusStatLogger) -> IterationStats: return IterationStats()
+
+@patch
+def record_engine_step(self:PrometheusStatLogger, engine, iteration_stats:IterationStats|None):
+    "Record one step of `engine` (an `LLMEngine`): its scheduler stats, this iteration, free blocks and live requests."
+    pool = engine.engine_core.scheduler.kv_cache_manager.block_pool
+    self.record(engine.get_stats(), iteration_stats, pool.get_num_free_blocks(), engine.output_processor.get_num_unfinished_requests())
