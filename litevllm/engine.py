@@ -65,6 +65,7 @@ class LLMEngine:
         self.engine_core = EngineCore(vllm_config)
         self.log_stats = not vllm_config.disable_log_stats
         self.stat_logger = self._make_stat_logger() if self.log_stats else None  # what get_metrics() reads
+        self._scheduled_times: dict[str, float] = {}  # request id -> when first scheduled (for the metrics' phase times)
         self._last_log = time.monotonic()
         self.output_timings: list[float] = []
 
@@ -129,15 +130,18 @@ def step(self:LLMEngine, stats_observer=None) -> list[RequestOutput]:
     "One engine step: the RequestOutputs it produced. `stats_observer` (e.g. `metrics.IterationStats`) sees each request's news."
     own_stats = stats_observer is None and self.stat_logger is not None  # AsyncLLM brings its own observer and logger
     if own_stats: stats_observer = self.stat_logger.new_iteration_stats()
+    t_step = time.time()
     outputs = self.engine_core.step()
     t0, now = time.perf_counter(), time.time()
     states = self.output_processor.request_states
+    if stats_observer is not None: self._note_scheduled(t_step)
     seen = [(o, states[o.request_id]) for o in outputs if o.request_id in states] if stats_observer is not None else []
     for o, st in seen: stats_observer.update_from_output(o, st.stats, len(st.prompt_token_ids), now)
     proc = self.output_processor.process_outputs(outputs)
     if proc.reqs_to_abort: self.engine_core.finish_requests(proc.reqs_to_abort, RequestStatus.FINISHED_STOPPED)
     for o, st in seen:  # after processing: a stop string may have finished the request
-        if st.finish_reason is not None: stats_observer.update_from_finished_request(st.finish_reason, st.stats, len(st.prompt_token_ids), now)
+        if st.finish_reason is not None:
+            stats_observer.update_from_finished_request(st.finish_reason, st.stats, len(st.prompt_token_ids), now, **self._finish_stats(st, t_step))
     if self.engine_core.record_step_timings and self.engine_core.step_timings:
         self.engine_core.step_timings[-1]["output"] = time.perf_counter() - t0
     if own_stats: self.stat_logger.record_engine_step(self, stats_observer)
@@ -150,6 +154,7 @@ def abort_request(self:LLMEngine, request_ids:str|list[str]):
     if isinstance(request_ids, str): request_ids = [request_ids]
     ids = self.output_processor.abort_requests(request_ids)
     self.engine_core.abort_requests(list(request_ids) + ids)
+    for r in list(request_ids) + ids: self._scheduled_times.pop(r, None)
 
 @patch
 def get_stats(self:LLMEngine) -> SchedulerStats:
@@ -169,9 +174,22 @@ def reset_prefix_cache(self:LLMEngine) -> bool: return self.engine_core.reset_pr
 # %% ../nbs/11_engine.ipynb #55d85f65
 @patch
 def _make_stat_logger(self:LLMEngine):
-    from litevllm.metrics import PrometheusStatLogger  # a later notebook: imported only when stats are on
+    from litevllm.metrics import PrometheusStatLogger, cache_config_info  # a later notebook: imported only when stats are on
     name = DEFAULT_MODEL_NAME if self.vllm_config.args.model is None else str(self.vllm_config.args.model)
-    return PrometheusStatLogger(name, self.engine_core.scheduler.kv_cache_manager.block_pool.num_blocks)
+    n = self.engine_core.scheduler.kv_cache_manager.block_pool.num_blocks
+    return PrometheusStatLogger(name, n, cache_config=cache_config_info(self.vllm_config, n), max_model_len=self.vllm_config.max_model_len)
+
+@patch
+def _note_scheduled(self:LLMEngine, t:float):
+    "Remember when each running request was first scheduled (its queue time ends, its prefill starts)."
+    for r in self.engine_core.scheduler.running: self._scheduled_times.setdefault(r.request_id, t)
+
+@patch
+def _finish_stats(self:LLMEngine, st, t:float) -> dict:
+    "The finished request's numbers the metrics want beyond its RequestStateStats (n counted once per request)."
+    n = (st.parent.n if st.parent is not None else 1) if st.index == 0 else None
+    return dict(scheduled_time=self._scheduled_times.pop(st.request_id, t), num_cached_tokens=st.num_cached_tokens,
+                n_param=n, max_tokens_param=st.params.max_tokens)
 
 @patch
 def get_metrics(self:LLMEngine) -> list:

@@ -7,16 +7,17 @@ Docs: https://litevllm.github.io/litevllm/llm.html.md"""
 # %% ../nbs/12_llm.ipynb #19780f0b
 from __future__ import annotations
 import itertools, json
+from dataclasses import dataclass, field
 from tqdm.auto import tqdm
 from .config import EngineArgs
-from .sampling_params import SamplingParams, RequestOutputKind
+from .sampling_params import SamplingParams, RequestOutputKind, BeamSearchParams
 from .inputs import apply_chat_template, PromptType
 from .engine import LLMEngine
-from .output_processor import RequestOutput
+from .output_processor import RequestOutput, Logprob
 from .exceptions import VLLMValidationError
 
 # %% auto #0
-__all__ = ['LLM']
+__all__ = ['LLM', 'BeamSearchSequence', 'BeamSearchOutput', 'get_beam_search_score']
 
 # %% ../nbs/12_llm.ipynb #ec7ca041
 class LLM:
@@ -100,3 +101,56 @@ def get_default_sampling_params(self:LLM) -> SamplingParams:
 def get_metrics(self:LLM) -> list:
     "A snapshot of the engine's `vllm:*` metrics (needs `disable_log_stats=False`, as vLLM)."
     return self.llm_engine.get_metrics()
+
+# %% ../nbs/12_llm.ipynb #cde9c9ef
+@dataclass
+class BeamSearchSequence:
+    "One beam: all its tokens (the prompt's first), the logprobs of each step, their sum."
+    tokens: list[int]
+    logprobs: list[dict[int, Logprob]] = field(default_factory=list)
+    cum_logprob: float = 0.0
+    text: str|None = None
+    finish_reason: str|None = None
+    stop_reason: int|str|None = None
+
+@dataclass
+class BeamSearchOutput:
+    "The best `beam_width` sequences of one prompt, best first."
+    sequences: list[BeamSearchSequence]
+
+def get_beam_search_score(tokens:list[int], cumulative_logprob:float, eos_token_id:int|None, length_penalty:float=1.0) -> float:
+    "vLLM's score: cumulative logprob / length ** length_penalty, a final EOS not counted."
+    seq_len = len(tokens) - (1 if tokens and tokens[-1] == eos_token_id else 0)
+    return cumulative_logprob / (max(seq_len, 1) ** length_penalty)
+
+# %% ../nbs/12_llm.ipynb #a44c00cf
+@patch
+def beam_search(self:LLM, prompts:list[PromptType], params:BeamSearchParams, use_tqdm:bool=False) -> list[BeamSearchOutput]:
+    "vLLM's beam search: one BeamSearchOutput per prompt, its `beam_width` best sequences first."
+    if not isinstance(params, BeamSearchParams): raise VLLMValidationError("params must be a BeamSearchParams", parameter="params")
+    tok, proc = self.get_tokenizer(), self.llm_engine.input_processor
+    eos = tok.eos_token_id
+    key = lambda b: get_beam_search_score(b.tokens, b.cum_logprob, eos, params.length_penalty)
+    step_params = SamplingParams(logprobs=2 * params.beam_width, max_tokens=1, temperature=params.temperature, detokenize=False)
+    live = [[BeamSearchSequence(proc.tokenize(p)[0])] for p in prompts]  # per prompt: its live beams
+    done = [[] for _ in prompts]                                           # per prompt: beams that ended in EOS
+    for _ in tqdm(range(params.max_tokens), desc="Beam search", disable=not use_tqdm):
+        beams = [(i, b) for i, bs in enumerate(live) for b in bs]
+        if not beams: break
+        outs = self.generate([{"prompt_token_ids": b.tokens} for _, b in beams], step_params, use_tqdm=False)
+        cands = [[] for _ in prompts]
+        for (i, b), out in zip(beams, outs):
+            lps = out.outputs[0].logprobs[0]  # {token: Logprob}: the chosen token and the top 2 x beam_width
+            for t, lp in lps.items():
+                nb = BeamSearchSequence(b.tokens + [t], b.logprobs + [lps], b.cum_logprob + lp.logprob)
+                if t == eos and not params.ignore_eos: nb.finish_reason = "stop"; done[i].append(nb)
+                else: cands[i].append(nb)
+        live = [sorted(c, key=key, reverse=True)[:params.beam_width] for c in cands]
+    res = []
+    for bs, d in zip(live, done):
+        best = sorted(d + bs, key=key, reverse=True)[:params.beam_width]
+        for b in best:
+            b.text = tok.decode(b.tokens, skip_special_tokens=params.skip_special_tokens)
+            b.finish_reason = b.finish_reason or "length"
+        res.append(BeamSearchOutput(best))
+    return res

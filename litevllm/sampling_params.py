@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from .exceptions import VLLMValidationError
 
 # %% auto #0
-__all__ = ['logger', 'RequestOutputKind', 'SamplingParams']
+__all__ = ['logger', 'RequestOutputKind', 'SamplingParams', 'BeamSearchParams']
 
 # %% ../nbs/01_sampling_params.ipynb #5699235d
 class RequestOutputKind(enum.Enum):
@@ -114,3 +114,20 @@ class SamplingParams:
         return max(map(len, self.stop)) - 1 if self.stop and not self.include_stop_str_in_output else 0
 
     def clone(self) -> SamplingParams: return copy.deepcopy(self)
+
+# %% ../nbs/01_sampling_params.ipynb #11fc4161
+@dataclass
+class BeamSearchParams:
+    "vLLM's beam search parameters."
+    beam_width: int                          # beams kept after each step
+    max_tokens: int                          # tokens added at most
+    ignore_eos: bool = False                 # False: a beam ending in EOS is complete
+    temperature: float = 0.0
+    length_penalty: float = 1.0              # score = cumulative logprob / length ** length_penalty
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+    def __post_init__(self):
+        for name in ("beam_width", "max_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1: raise VLLMValidationError(f"{name} must be at least 1, got {v}.", parameter=name, value=v)

@@ -126,3 +126,30 @@ def test_get_metrics_needs_stats(tiny):
     # vLLM's source: LLMEngine.get_metrics asserts log_stats ("Stat logging disabled")
     eng = LLMEngine.from_engine_args(EngineArgs(model=str(tiny), max_model_len=64, kv_cache_memory_bytes=4 * 2**20))
     with pytest.raises(AssertionError, match="Stat logging disabled"): eng.get_metrics()
+
+
+def test_beam_search_matches_transformers():
+    # Reference: transformers' num_beams on the default model (float32). With every beam at full length (no EOS within
+    # max_tokens for this prompt), both rank by cumulative logprob; HF's sequences_scores is that divided by the new tokens.
+    import torch
+    from transformers import AutoModelForCausalLM
+    from litevllm.config import default_model_path
+    from litevllm.sampling_params import BeamSearchParams
+    llm = LLM(max_model_len=256, kv_cache_memory_bytes=32 * 2**20)
+    prompt, W, T = "The capital of France is", 3, 5
+    out = llm.beam_search([prompt], BeamSearchParams(beam_width=W, max_tokens=T))[0].sequences
+    ids = llm.get_tokenizer()(prompt).input_ids
+    hf = AutoModelForCausalLM.from_pretrained(default_model_path(), dtype=torch.float32).eval()
+    with torch.no_grad():
+        g = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), num_beams=W, num_return_sequences=W,
+                        max_new_tokens=T, do_sample=False, length_penalty=1.0, early_stopping=False, output_scores=True,
+                        return_dict_in_generate=True, pad_token_id=hf.generation_config.eos_token_id, top_p=None, top_k=None, temperature=None)
+    hf_seqs = g.sequences.tolist()
+    assert all(len(s) == len(ids) + T for s in hf_seqs)  # the premise: no beam ended early
+    assert out[0].tokens == hf_seqs[0]
+    assert out[0].cum_logprob == pytest.approx(g.sequences_scores[0].item() * T, abs=1e-3)
+    assert [s.tokens for s in out] == hf_seqs  # the same three beams, in the same order
+    assert out[0].text == llm.get_tokenizer().decode(hf_seqs[0], skip_special_tokens=True)
+    # prefix caching shared the beams' common prompt: the engine is clean afterwards
+    pool = llm.llm_engine.engine_core.scheduler.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == pool.num_blocks

@@ -170,3 +170,25 @@ def test_error_shapes(app):
     assert e["message"].startswith("1 validation error:\n  {") and "'loc': 'body.max_tokens'" in e["message"]
     s, b = call(app, "POST", "/v1/completions", dict(max_tokens="ten", n="two"))  # several errors
     assert s == 400 and b["error"]["message"].startswith("3 validation errors:")
+
+
+def test_metrics_families(app):
+    # vLLM 0.32's PrometheusStatLogger (v1/metrics/loggers.py): these families, labels model_name and engine,
+    # every finish reason (stop, length, abort, error) present from the start
+    from litevllm.metrics import parse_metrics, metric_value
+    cmpl(app, max_tokens=4, ignore_eos=True)
+    call(app, "POST", "/v1/completions", dict(prompt=PROMPT, max_tokens=2, n=2, temperature=0.5, seed=0))
+    text = asyncio.run(httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test").get("/metrics")).text
+    m = parse_metrics(text)
+    for fam in ("vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+                "vllm:request_inference_time_seconds", "vllm:iteration_tokens_total", "vllm:request_params_n",
+                "vllm:request_params_max_tokens", "vllm:request_prefill_kv_computed_tokens", "vllm:request_max_num_generation_tokens"):
+        assert metric_value(m, fam + "_count") >= 1, fam
+    assert "vllm:prompt_tokens_cached_total" in text and "vllm:cache_config_info{" in text
+    reasons = {k.split('finished_reason="')[1].split('"')[0] for k in m if k.startswith("vllm:request_success_total")}
+    assert reasons == {"stop", "length", "abort", "error"}
+    assert all('engine="0"' in k and 'model_name="SmolLM2-135M-Instruct"' in k for k in m if k.startswith("vllm:") and "cache_config" not in k)
+    assert metric_value(m, "vllm:request_params_n_sum") >= 3  # at least the n=1 and the n=2 request
+    # the phases add up: queue + inference = e2e (within the recording's clock granularity)
+    assert metric_value(m, "vllm:request_queue_time_seconds_sum") + metric_value(m, "vllm:request_inference_time_seconds_sum") <= \
+        metric_value(m, "vllm:e2e_request_latency_seconds_sum") + 1e-3

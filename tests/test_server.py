@@ -317,7 +317,7 @@ async def stream_text(c:httpx.AsyncClient, prompt, max_tokens=16, leave_after=No
 
 def test_64_concurrent_streams_with_disconnects(client, server):
     refs = {p: client.completions.create(model=MODEL, prompt=p, max_tokens=16, temperature=0).choices[0].text for p in PROMPTS}
-    before = metric_value(metrics(server), 'vllm:request_success_total{finished_reason="abort",model_name="%s"}' % MODEL)
+    before = metric_value(metrics(server), 'vllm:request_success_total{engine="0",finished_reason="abort",model_name="%s"}' % MODEL)
 
     async def main():
         async with httpx.AsyncClient(base_url=server, headers={"Authorization": f"Bearer {KEY}"}, timeout=120,
@@ -331,7 +331,7 @@ def test_64_concurrent_streams_with_disconnects(client, server):
         else: assert text == refs[PROMPTS[i % len(PROMPTS)]], f"client {i}"
     assert_idle(server)
     m = metrics(server)
-    aborted = metric_value(m, 'vllm:request_success_total{finished_reason="abort",model_name="%s"}' % MODEL) - before
+    aborted = metric_value(m, 'vllm:request_success_total{engine="0",finished_reason="abort",model_name="%s"}' % MODEL) - before
     assert aborted <= 16  # the leavers that had not finished yet were aborted, and nobody else
 
 
