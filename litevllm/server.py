@@ -344,8 +344,6 @@ def check_prompt_logprobs(req):
     "vLLM: prompt logprobs are not streamed."
     if req.prompt_logprobs is not None and req.stream and (req.prompt_logprobs > 0 or req.prompt_logprobs == -1):
         raise APIError("`prompt_logprobs` are not available when `stream=True`.", param="prompt_logprobs")
-    if req.echo and req.logprobs is not None and req.stream:
-        raise APIError("`echo` with `logprobs` is not available when `stream=True` (the prompt logprobs are not streamed).", param="echo")
 
 def echo_choice(st, req, ch:dict, out, c, prompt_text:str):
     "Put the prompt in front of a completions choice (and its logprobs in front of the choice's logprobs)."
@@ -430,7 +428,7 @@ async def completion_stream(st:ServerState, req:CompletionRequest, prepared, rid
     created, opts = int(time.time()), req.stream_options
     include_usage = bool(opts and opts.include_usage)
     continuous = include_usage and bool(opts.continuous_usage_stats)
-    n_prompt, n_gen, offsets, echoed = {}, {}, {}, set()
+    n_prompt, n_gen, offsets, echoed, lp_echoed = {}, {}, {}, set(), set()
     gens = [st.engine.generate(p, sp, f"{rid}-{i}", priority=req.priority) for i, (p, sp, _) in enumerate(prepared)]
     try:
         async for i, out in merge_async_iterators(*gens):
@@ -444,6 +442,8 @@ async def completion_stream(st:ServerState, req:CompletionRequest, prepared, rid
                 ch = _completion_choice(st, req, out, c, idx, offsets.get(idx, 0))
                 ch["text"] = text
                 ch.pop("prompt_logprobs", None)  # vLLM's stream choices have none (prompt logprobs are not streamed)
+                if req.echo and req.logprobs is not None and idx not in lp_echoed:  # the first chunk: the prompt's logprobs too
+                    lp_echoed.add(idx); echo_choice(st, req, ch, out, c, "")
                 if ch["logprobs"]: offsets[idx] = offsets.get(idx, 0) + sum(map(len, ch["logprobs"]["tokens"]))
                 chunk = dict(id=rid, object="text_completion", created=created, model=model, choices=[ch])
                 if continuous: chunk["usage"] = usage(sum(n_prompt.values()), sum(n_gen.values()))  # vLLM: no usage key otherwise

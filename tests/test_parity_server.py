@@ -192,3 +192,20 @@ def test_metrics_families(app):
     # the phases add up: queue + inference = e2e (within the recording's clock granularity)
     assert metric_value(m, "vllm:request_queue_time_seconds_sum") + metric_value(m, "vllm:request_inference_time_seconds_sum") <= \
         metric_value(m, "vllm:e2e_request_latency_seconds_sum") + 1e-3
+
+
+def test_echo_with_logprobs_streamed(app, hf_prompt_logprobs):
+    # vLLM's completion stream: with echo and logprobs the first chunk carries the prompt, its tokens and their logprobs
+    ids, ref = hf_prompt_logprobs
+    s, data = cmpl(app, echo=True, logprobs=1, stream=True)
+    assert s == 200 and data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    first = chunks[0]["choices"][0]
+    assert first["text"].startswith(PROMPT)
+    lp = first["logprobs"]
+    assert lp["token_logprobs"][0] is None and lp["token_logprobs"][1:len(ids)] == pytest.approx(ref, abs=1e-3)
+    text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    s, full = cmpl(app, echo=True, logprobs=1)
+    assert text == full["choices"][0]["text"]
+    streamed = [t for c in chunks if c["choices"] and c["choices"][0]["logprobs"] for t in c["choices"][0]["logprobs"]["token_logprobs"]]
+    assert streamed[1:] == pytest.approx(full["choices"][0]["logprobs"]["token_logprobs"][1:], abs=1e-4)
