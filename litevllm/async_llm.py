@@ -13,7 +13,7 @@ from .sampling_params import SamplingParams, RequestOutputKind
 from .inputs import PromptType, EngineCoreRequest
 from .engine import LLMEngine
 from .output_processor import RequestOutput
-from .metrics import IterationStats, PrometheusStatLogger, parse_metrics, metric_value
+from .metrics import IterationStats, PrometheusStatLogger, parse_metrics, metric_value, cache_config_info
 
 # %% auto #0
 __all__ = ['logger', 'AsyncEngineArgs', 'EngineGenerateError', 'EngineDeadError', 'AsyncLLM']
@@ -46,7 +46,8 @@ class AsyncLLM:
         name = served_model_name or (DEFAULT_MODEL_NAME if vllm_config.args.model is None else str(vllm_config.args.model))
         pool = self.engine.engine_core.scheduler.kv_cache_manager.block_pool
         self.block_pool = pool
-        self.stat_logger = PrometheusStatLogger(name, pool.num_blocks) if log_stats else None
+        self.stat_logger = PrometheusStatLogger(name, pool.num_blocks, cache_config=cache_config_info(vllm_config, pool.num_blocks),
+                                                max_model_len=vllm_config.max_model_len) if log_stats else None
         self._requests: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}  # live request id -> (loop, queue)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self.dead_error: EngineDeadError|None = None

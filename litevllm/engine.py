@@ -7,8 +7,9 @@ Docs: https://litevllm.github.io/litevllm/engine.html.md"""
 # %% ../nbs/11_engine.ipynb #005d8794
 from __future__ import annotations
 import dataclasses, logging, time
-from .config import EngineArgs, VllmConfig
+from .config import EngineArgs, VllmConfig, DEFAULT_MODEL_NAME
 from .sampling_params import SamplingParams
+from .exceptions import VLLMValidationError
 from .inputs import InputProcessor, EngineCoreRequest, get_tokenizer, PromptType
 from .request import Request, RequestStatus
 from .scheduler import Scheduler, EngineCoreOutput, SchedulerStats, SchedulerOutput
@@ -68,6 +69,8 @@ class LLMEngine:
         self.output_processor = OutputProcessor(self.tokenizer)
         self.engine_core = EngineCore(vllm_config)
         self.log_stats = not vllm_config.disable_log_stats
+        self.stat_logger = self._make_stat_logger() if self.log_stats else None  # what get_metrics() reads
+        self._scheduled_times: dict[str, float] = {}  # request id -> when first scheduled (for the metrics' phase times)
         self._last_log = time.monotonic()
         self.output_timings: list[float] = []
         self.failed_requests: dict[str, str] = {}  # client request id -> why it failed (see fault isolation)
@@ -89,30 +92,32 @@ def process_inputs(self:LLMEngine, request_id:str, prompt:PromptType, params:Sam
     params = SamplingParams() if params is None else params
     if bad_words := getattr(params, "bad_words", None):
         params._bad_words_token_ids = bad_words_token_ids(self.tokenizer, bad_words)
-    if not isinstance(request_id, str) or not request_id: raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+    if not isinstance(request_id, str): raise TypeError(f"request_id must be a string, got {type(request_id)}")  # vLLM's check
+    if not request_id: raise VLLMValidationError("request_id must be a non-empty string", parameter="request_id", value=request_id)
     if request_id in self.output_processor.request_states or request_id in self.output_processor.parent_requests:
-        raise ValueError(f"request_id {request_id!r} is already in use")
+        raise VLLMValidationError(f"request_id {request_id!r} is already in use", parameter="request_id", value=request_id)
     return self.input_processor.process_inputs(request_id, prompt, params, arrival_time, priority)
 
 @patch
-def add_processed_request(self:LLMEngine, req:EngineCoreRequest, queue=None):
-    "Add a validated request (fanning out n > 1 into children)."
+def add_processed_request(self:LLMEngine, req:EngineCoreRequest, queue=None) -> str:
+    "Add a validated request (fanning out n > 1 into children); its id."
     p = req.sampling_params
     if p.n == 1:
         self.output_processor.add_request(req, queue=queue)
         self.engine_core.add_request(req)
-        return
+        return req.request_id
     parent = ParentRequest(req.request_id, p)
     for i, cid in enumerate(parent.child_ids):
         child = dataclasses.replace(req, request_id=cid, sampling_params=parent.child_params(i))
         self.output_processor.add_request(child, parent, i, queue)
         self.engine_core.add_request(child)
+    return req.request_id
 
 @patch
 def add_request(self:LLMEngine, request_id:str, prompt:PromptType, params:SamplingParams|None=None,
-                arrival_time:float|None=None, priority:int=0):
-    "Validate and add one request."
-    self.add_processed_request(self.process_inputs(request_id, prompt, params, arrival_time, priority))
+                arrival_time:float|None=None, priority:int=0) -> str:
+    "Validate and add one request; its id (as vLLM, which returns it)."
+    return self.add_processed_request(self.process_inputs(request_id, prompt, params, arrival_time, priority))
 
 def bad_words_token_ids(tokenizer, bad_words:list[str]) -> list[list[int]]:
     "Token sequences of each bad word, as vLLM bans them: the word, and its leading-space form if that is a different word token."
@@ -129,18 +134,24 @@ def bad_words_token_ids(tokenizer, bad_words:list[str]) -> list[list[int]]:
 @patch
 def step(self:LLMEngine, stats_observer=None) -> list[RequestOutput]:
     "One engine step: the RequestOutputs it produced. `stats_observer` (e.g. `metrics.IterationStats`) sees each request's news."
+    own_stats = stats_observer is None and self.stat_logger is not None  # AsyncLLM brings its own observer and logger
+    if own_stats: stats_observer = self.stat_logger.new_iteration_stats()
+    t_step = time.time()
     outputs = self.engine_core.step()
     for rid, why in self.engine_core.take_failed_requests().items(): self._fail_request(rid, why)
     t0, now = time.perf_counter(), time.time()
     states = self.output_processor.request_states
+    if stats_observer is not None: self._note_scheduled(t_step)
     seen = [(o, states[o.request_id]) for o in outputs if o.request_id in states] if stats_observer is not None else []
     for o, st in seen: stats_observer.update_from_output(o, st.stats, len(st.prompt_token_ids), now)
     proc = self._process_outputs(outputs)
     if proc.reqs_to_abort: self.engine_core.finish_requests(proc.reqs_to_abort, RequestStatus.FINISHED_STOPPED)
     for o, st in seen:  # after processing: a stop string may have finished the request
-        if st.finish_reason is not None: stats_observer.update_from_finished_request(st.finish_reason, st.stats, len(st.prompt_token_ids), now)
+        if st.finish_reason is not None:
+            stats_observer.update_from_finished_request(st.finish_reason, st.stats, len(st.prompt_token_ids), now, **self._finish_stats(st, t_step))
     if self.engine_core.record_step_timings and self.engine_core.step_timings:
         self.engine_core.step_timings[-1]["output"] = time.perf_counter() - t0
+    if own_stats: self.stat_logger.record_engine_step(self, stats_observer)
     if self.log_stats and time.monotonic() - self._last_log > self.vllm_config.log_stats_interval: self.log_stats_line()
     return proc.request_outputs
 
@@ -150,6 +161,7 @@ def abort_request(self:LLMEngine, request_ids:str|list[str]):
     if isinstance(request_ids, str): request_ids = [request_ids]
     ids = self.output_processor.abort_requests(request_ids)
     self.engine_core.abort_requests(list(request_ids) + ids)
+    for r in list(request_ids) + ids: self._scheduled_times.pop(r, None)
 
 @patch
 def get_stats(self:LLMEngine) -> SchedulerStats:
@@ -215,3 +227,29 @@ def take_failed_requests(self:LLMEngine) -> dict[str, str]:
     "The requests (client ids) failed since the last call, id -> why."
     res, self.failed_requests = self.failed_requests, {}
     return res
+
+# %% ../nbs/11_engine.ipynb #55d85f65
+@patch
+def _make_stat_logger(self:LLMEngine):
+    from litevllm.metrics import PrometheusStatLogger, cache_config_info  # a later notebook: imported only when stats are on
+    name = DEFAULT_MODEL_NAME if self.vllm_config.args.model is None else str(self.vllm_config.args.model)
+    n = self.engine_core.scheduler.kv_cache_manager.block_pool.num_blocks
+    return PrometheusStatLogger(name, n, cache_config=cache_config_info(self.vllm_config, n), max_model_len=self.vllm_config.max_model_len)
+
+@patch
+def _note_scheduled(self:LLMEngine, t:float):
+    "Remember when each running request was first scheduled (its queue time ends, its prefill starts)."
+    for r in self.engine_core.scheduler.running: self._scheduled_times.setdefault(r.request_id, t)
+
+@patch
+def _finish_stats(self:LLMEngine, st, t:float) -> dict:
+    "The finished request's numbers the metrics want beyond its RequestStateStats (n counted once per request)."
+    n = (st.parent.n if st.parent is not None else 1) if st.index == 0 else None
+    return dict(scheduled_time=self._scheduled_times.pop(st.request_id, t), num_cached_tokens=st.num_cached_tokens,
+                n_param=n, max_tokens_param=st.params.max_tokens)
+
+@patch
+def get_metrics(self:LLMEngine) -> list:
+    "A snapshot of the `vllm:*` metrics (vLLM's `Metric` objects); needs stats on, as vLLM's."
+    if self.stat_logger is None: raise AssertionError("Stat logging disabled")  # vLLM: assert self.log_stats
+    return self.stat_logger.get_metrics_snapshot()

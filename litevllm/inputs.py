@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 from .config import EngineArgs, VllmConfig
 from .sampling_params import SamplingParams
+from .exceptions import VLLMValidationError
 
 # %% auto #0
 __all__ = ['PromptType', 'get_tokenizer', 'TextPrompt', 'TokensPrompt', 'EngineCoreRequest', 'InputProcessor',
@@ -68,55 +69,76 @@ class InputProcessor:
         "(token ids, prompt text or None, cache salt or None) for any prompt form."
         if isinstance(prompt, str): prompt = {"prompt": prompt}
         if not isinstance(prompt, dict):
-            raise ValueError(f"prompt must be a str, a {{'prompt': str}} or a {{'prompt_token_ids': [...]}} dict, got {type(prompt).__name__}")
+            raise VLLMValidationError(f"prompt must be a str, a {{'prompt': str}} or a {{'prompt_token_ids': [...]}} dict, got {type(prompt).__name__}",
+                                      parameter="prompt", value=prompt)
         salt = prompt.get("cache_salt")
         if "prompt_token_ids" in prompt:
             ids = prompt["prompt_token_ids"]
             if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-                raise ValueError("prompt_token_ids must be a list of integers")
+                raise VLLMValidationError("prompt_token_ids must be a list of integers", parameter="prompt_token_ids", value=ids)
             return list(ids), prompt.get("prompt"), salt
         if "prompt" in prompt:
             text = prompt["prompt"]
-            if not isinstance(text, str): raise ValueError(f"prompt must be a string, got {type(text).__name__}")
+            if not isinstance(text, str): raise VLLMValidationError(f"prompt must be a string, got {type(text).__name__}", parameter="prompt", value=text)
             return self.tokenizer(text).input_ids, text, salt
-        raise ValueError("prompt dict needs a 'prompt' or a 'prompt_token_ids' key")
+        raise VLLMValidationError("prompt dict needs a 'prompt' or a 'prompt_token_ids' key", parameter="prompt", value=prompt)
 
     def process_inputs(self, request_id:str, prompt:PromptType, params:SamplingParams,
                        arrival_time:float|None=None, priority:int=0) -> EngineCoreRequest:
         "Tokenize and validate one prompt."
-        if not isinstance(params, SamplingParams): raise ValueError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
-        if not isinstance(priority, int): raise ValueError(f"priority must be an integer, got {priority!r}")
+        if not isinstance(params, SamplingParams): raise VLLMValidationError(f"sampling_params must be a SamplingParams, got {type(params).__name__}", parameter="sampling_params")
+        if not isinstance(priority, int): raise VLLMValidationError(f"priority must be an integer, got {priority!r}", parameter="priority", value=priority)
         if priority != 0 and self.config.scheduling_policy != "priority":
-            raise ValueError(f"priority {priority} given, but the scheduling_policy is {self.config.scheduling_policy!r} (use 'priority')")
+            raise VLLMValidationError(f"priority {priority} given, but the scheduling_policy is {self.config.scheduling_policy!r} (use 'priority')",
+                                      parameter="priority", value=priority)
         ids, text, salt = self.tokenize(prompt)
         self._validate(ids, params)
         return EngineCoreRequest(request_id, ids, params, self.eos_token_id, arrival_time or time.time(), priority, text, salt)
 
     def _validate(self, ids:list[int], params:SamplingParams):
-        if not ids: raise ValueError("prompt must not be empty")
+        if not ids: raise VLLMValidationError("The decoder prompt cannot be empty (prompt must not be empty)", parameter="prompt")
         if bad := [t for t in ids if not 0 <= t < self.vocab_size]:
-            raise ValueError(f"prompt_token_ids contains ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}")
+            raise VLLMValidationError(f"prompt_token_ids contains ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}", parameter="prompt_token_ids", value=bad[:5])
         if len(ids) >= self.config.max_model_len:
-            raise ValueError(f"prompt (length {len(ids)}) is longer than the maximum model length minus one token to generate "
-                             f"(max_model_len={self.config.max_model_len})")
+            raise VLLMValidationError(f"prompt (length {len(ids)}) is longer than the maximum model length minus one token to generate "
+                                      f"(max_model_len={self.config.max_model_len})", parameter="prompt", value=len(ids))
         top = self.config.max_logprobs
         for name in ("logprobs", "prompt_logprobs"):
             if (k := getattr(params, name)) is not None and k > top:
-                raise ValueError(f"{name} ({k}) is above the limit max_logprobs={top}")
+                raise VLLMValidationError(f"{name} ({k}) is above the limit max_logprobs={top}", parameter=name, value=k)
         for name in ("stop_token_ids", "allowed_token_ids"):
             if bad := [t for t in (getattr(params, name) or []) if not 0 <= t < self.vocab_size]:
-                raise ValueError(f"{name} contains ids outside the vocabulary: {bad[:5]}")
+                raise VLLMValidationError(f"{name} contains ids outside the vocabulary: {bad[:5]}", parameter=name, value=bad[:5])
         if bad := [t for t in (params.logit_bias or {}) if not 0 <= t < self.vocab_size]:
-            raise ValueError(f"logit_bias contains ids outside the vocabulary: {bad[:5]}")
+            raise VLLMValidationError(f"logit_bias contains ids outside the vocabulary: {bad[:5]}", parameter="logit_bias", value=bad[:5])
 
 # %% ../nbs/02_inputs.ipynb #d2c94ece
+def _content_as(content, fmt:str):
+    "A message's content in the template's format: 'string' joins text parts with newlines, 'openai' makes a str one text part."
+    if fmt == "openai": return [{"type": "text", "text": content}] if isinstance(content, str) else content
+    if isinstance(content, list):
+        return "\n".join(p["text"] if isinstance(p, dict) else str(p) for p in content if not isinstance(p, dict) or p.get("type", "text") == "text")
+    return content
+
 def apply_chat_template(tokenizer, messages:list[dict], chat_template:str|None=None, add_generation_prompt:bool=True,
+                        continue_final_message:bool=False,  # end on the last (assistant) message, open, for the model to continue
+                        tools:list[dict]|None=None,  # OpenAI-style tool definitions, handed to the template
+                        chat_template_content_format:str="auto",  # 'string' | 'openai' | 'auto' (string, for text-only templates)
                         **kwargs) -> list[int]:
     "Token ids of `messages` rendered with the model's chat template."
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-        raise ValueError("messages must be a list of {'role': ..., 'content': ...} dicts")
+        raise VLLMValidationError("messages must be a list of {'role': ..., 'content': ...} dicts", parameter="messages")
     if tokenizer.chat_template is None and chat_template is None:
-        raise ValueError("the tokenizer has no chat template: pass chat_template=")
-    text = tokenizer.apply_chat_template(messages, chat_template=chat_template, tokenize=False,
-                                         add_generation_prompt=add_generation_prompt, **kwargs)
+        raise VLLMValidationError("the tokenizer has no chat template: pass chat_template=", parameter="chat_template")
+    if chat_template_content_format not in ("auto", "string", "openai"):
+        raise VLLMValidationError(f"chat_template_content_format must be 'auto', 'string' or 'openai', got {chat_template_content_format!r}",
+                                  parameter="chat_template_content_format", value=chat_template_content_format)
+    if add_generation_prompt and continue_final_message:
+        raise VLLMValidationError("Cannot set both `add_generation_prompt` and `continue_final_message` to True.",
+                                  parameter="continue_final_message", value=True)
+    fmt = "string" if chat_template_content_format == "auto" else chat_template_content_format
+    messages = [{**m, "content": _content_as(m["content"], fmt)} if "content" in m else m for m in messages]
+    text = tokenizer.apply_chat_template(messages, chat_template=chat_template, tokenize=False, tools=tools,
+                                         add_generation_prompt=add_generation_prompt,
+                                         continue_final_message=continue_final_message, **kwargs)
     return tokenizer(text, add_special_tokens=False).input_ids

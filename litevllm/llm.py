@@ -6,16 +6,18 @@ Docs: https://litevllm.github.io/litevllm/llm.html.md"""
 
 # %% ../nbs/12_llm.ipynb #19780f0b
 from __future__ import annotations
-import itertools
+import itertools, json
+from dataclasses import dataclass, field
 from tqdm.auto import tqdm
 from .config import EngineArgs
-from .sampling_params import SamplingParams, RequestOutputKind
+from .sampling_params import SamplingParams, RequestOutputKind, BeamSearchParams
 from .inputs import apply_chat_template, PromptType
 from .engine import LLMEngine
-from .output_processor import RequestOutput
+from .output_processor import RequestOutput, Logprob
+from .exceptions import VLLMValidationError
 
 # %% auto #0
-__all__ = ['LLM']
+__all__ = ['LLM', 'BeamSearchSequence', 'BeamSearchOutput', 'get_beam_search_score']
 
 # %% ../nbs/12_llm.ipynb #ec7ca041
 class LLM:
@@ -34,9 +36,11 @@ from fastcore.basics import patch
 def generate(self:LLM, prompts:PromptType|list[PromptType], sampling_params:SamplingParams|list[SamplingParams]|None=None,
              use_tqdm:bool=True, priority:list[int]|None=None) -> list[RequestOutput]:
     "One finished RequestOutput per prompt, in the order of `prompts`."
+    if prompts is None or not isinstance(prompts, (str, dict, list, tuple)):
+        raise VLLMValidationError(f"prompts must be a prompt or a list of prompts, got {type(prompts).__name__}", parameter="prompts", value=prompts)
     if isinstance(prompts, (str, dict)): prompts = [prompts]
     prompts = list(prompts)
-    if sampling_params is None: sampling_params = SamplingParams()
+    if sampling_params is None: sampling_params = self.get_default_sampling_params()  # the model's generation_config, as vLLM
     params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(prompts)
     if len(params) != len(prompts): raise ValueError(f"sampling_params has {len(params)} entries for {len(prompts)} prompts")
     if priority is not None and len(priority) != len(prompts): raise ValueError(f"priority has {len(priority)} entries for {len(prompts)} prompts")
@@ -65,13 +69,88 @@ def _run_engine(self:LLM, request_ids:list[str], use_tqdm:bool) -> list[RequestO
 # %% ../nbs/12_llm.ipynb #d8b04e58
 @patch
 def chat(self:LLM, messages:list[dict]|list[list[dict]], sampling_params:SamplingParams|list[SamplingParams]|None=None,
-         use_tqdm:bool=True, chat_template:str|None=None, add_generation_prompt:bool=True,
+         use_tqdm:bool=True, chat_template:str|None=None,
+         chat_template_content_format:str="auto",  # 'string' | 'openai' | 'auto': how message content reaches the template
+         add_generation_prompt:bool=True,          # end with the assistant's header, so the model answers
+         continue_final_message:bool=False,        # or end inside the last (assistant) message, so the model continues it
+         tools:list[dict]|None=None,               # OpenAI-style tool definitions, for templates that list them
          chat_template_kwargs:dict|None=None) -> list[RequestOutput]:
-    "Generate the assistant's reply to each conversation."
+    "Generate the assistant's reply to each conversation (vLLM's keywords)."
     convs = [messages] if messages and isinstance(messages[0], dict) else list(messages)
     tok = self.get_tokenizer()
     prompts = []
     for conv in convs:
-        ids = apply_chat_template(tok, conv, chat_template, add_generation_prompt, **(chat_template_kwargs or {}))
+        ids = apply_chat_template(tok, conv, chat_template, add_generation_prompt, continue_final_message, tools,
+                                  chat_template_content_format, **(chat_template_kwargs or {}))
         prompts.append({"prompt_token_ids": ids, "prompt": tok.decode(ids)})
     return self.generate(prompts, sampling_params, use_tqdm)
+
+# %% ../nbs/12_llm.ipynb #2c245892
+_GENERATION_CONFIG_FIELDS = ["repetition_penalty", "presence_penalty", "frequency_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens"]
+
+@patch
+def get_default_sampling_params(self:LLM) -> SamplingParams:
+    "vLLM's defaults, overridden by the sampling fields of the model's generation_config.json."
+    path = self.llm_engine.vllm_config.model_path/"generation_config.json"
+    config = json.loads(path.read_text()) if path.exists() else {}
+    diff = {k: config[k] for k in _GENERATION_CONFIG_FIELDS if config.get(k) is not None}
+    if "max_new_tokens" in diff: diff["max_tokens"] = diff.pop("max_new_tokens")  # transformers' name for vLLM's max_tokens
+    return SamplingParams(**diff)
+
+@patch
+def get_metrics(self:LLM) -> list:
+    "A snapshot of the engine's `vllm:*` metrics (needs `disable_log_stats=False`, as vLLM)."
+    return self.llm_engine.get_metrics()
+
+# %% ../nbs/12_llm.ipynb #cde9c9ef
+@dataclass
+class BeamSearchSequence:
+    "One beam: all its tokens (the prompt's first), the logprobs of each step, their sum."
+    tokens: list[int]
+    logprobs: list[dict[int, Logprob]] = field(default_factory=list)
+    cum_logprob: float = 0.0
+    text: str|None = None
+    finish_reason: str|None = None
+    stop_reason: int|str|None = None
+
+@dataclass
+class BeamSearchOutput:
+    "The best `beam_width` sequences of one prompt, best first."
+    sequences: list[BeamSearchSequence]
+
+def get_beam_search_score(tokens:list[int], cumulative_logprob:float, eos_token_id:int|None, length_penalty:float=1.0) -> float:
+    "vLLM's score: cumulative logprob / length ** length_penalty, a final EOS not counted."
+    seq_len = len(tokens) - (1 if tokens and tokens[-1] == eos_token_id else 0)
+    return cumulative_logprob / (max(seq_len, 1) ** length_penalty)
+
+# %% ../nbs/12_llm.ipynb #a44c00cf
+@patch
+def beam_search(self:LLM, prompts:list[PromptType], params:BeamSearchParams, use_tqdm:bool=False) -> list[BeamSearchOutput]:
+    "vLLM's beam search: one BeamSearchOutput per prompt, its `beam_width` best sequences first."
+    if not isinstance(params, BeamSearchParams): raise VLLMValidationError("params must be a BeamSearchParams", parameter="params")
+    tok, proc = self.get_tokenizer(), self.llm_engine.input_processor
+    eos = tok.eos_token_id
+    key = lambda b: get_beam_search_score(b.tokens, b.cum_logprob, eos, params.length_penalty)
+    step_params = SamplingParams(logprobs=2 * params.beam_width, max_tokens=1, temperature=params.temperature, detokenize=False)
+    live = [[BeamSearchSequence(proc.tokenize(p)[0])] for p in prompts]  # per prompt: its live beams
+    done = [[] for _ in prompts]                                           # per prompt: beams that ended in EOS
+    for _ in tqdm(range(params.max_tokens), desc="Beam search", disable=not use_tqdm):
+        beams = [(i, b) for i, bs in enumerate(live) for b in bs]
+        if not beams: break
+        outs = self.generate([{"prompt_token_ids": b.tokens} for _, b in beams], step_params, use_tqdm=False)
+        cands = [[] for _ in prompts]
+        for (i, b), out in zip(beams, outs):
+            lps = out.outputs[0].logprobs[0]  # {token: Logprob}: the chosen token and the top 2 x beam_width
+            for t, lp in lps.items():
+                nb = BeamSearchSequence(b.tokens + [t], b.logprobs + [lps], b.cum_logprob + lp.logprob)
+                if t == eos and not params.ignore_eos: nb.finish_reason = "stop"; done[i].append(nb)
+                else: cands[i].append(nb)
+        live = [sorted(c, key=key, reverse=True)[:params.beam_width] for c in cands]
+    res = []
+    for bs, d in zip(live, done):
+        best = sorted(d + bs, key=key, reverse=True)[:params.beam_width]
+        for b in best:
+            b.text = tok.decode(b.tokens, skip_special_tokens=params.skip_special_tokens)
+            b.finish_reason = b.finish_reason or "length"
+        res.append(BeamSearchOutput(best))
+    return res

@@ -8,28 +8,38 @@ Docs: https://litevllm.github.io/litevllm/metrics.html.md"""
 from __future__ import annotations
 import time
 from dataclasses import dataclass, field
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, disable_created_metrics
+import prometheus_client as prom
+from prometheus_client import CollectorRegistry, generate_latest, disable_created_metrics
 from .scheduler import EngineCoreOutput, SchedulerStats
 
 # %% auto #0
-__all__ = ['FinishedRequestStats', 'IterationStats', 'PrometheusStatLogger', 'parse_metrics', 'metric_value']
+__all__ = ['FinishedRequestStats', 'IterationStats', 'PrometheusStatLogger', 'parse_metrics', 'metric_value', 'cache_config_info',
+           'Metric', 'Counter', 'Vector', 'Gauge', 'Histogram', 'get_metrics_snapshot']
 
 # %% ../nbs/13_metrics.ipynb #ca69d52c
 @dataclass
 class FinishedRequestStats:
     "The numbers of one request that just finished."
-    finish_reason: str           # stop | length | abort
+    finish_reason: str           # stop | length | abort | error
     e2e_latency: float = 0.0     # seconds from arrival to finish
     num_prompt_tokens: int = 0
     num_generation_tokens: int = 0
     time_to_first_token: float|None = None
     mean_time_per_output_token: float|None = None  # TPOT: None with fewer than 2 tokens
+    queued_time: float = 0.0     # arrival -> first scheduled
+    prefill_time: float = 0.0    # first scheduled -> first token
+    decode_time: float = 0.0     # first token -> last token
+    inference_time: float = 0.0  # first scheduled -> last token
+    num_cached_tokens: int = 0   # prompt tokens found in the prefix cache
+    n_param: int|None = None     # the request's n (once per request, not per child)
+    max_tokens_param: int|None = None
 
 @dataclass
 class IterationStats:
     "What one engine step did: the tokens it made and the latencies it completed."
     num_prompt_tokens: int = 0
     num_generation_tokens: int = 0
+    num_cached_tokens: int = 0   # prompt tokens of this iteration's first tokens that came from the prefix cache
     time_to_first_tokens_iter: list[float] = field(default_factory=list)
     inter_token_latencies_iter: list[float] = field(default_factory=list)
     finished_requests: list[FinishedRequestStats] = field(default_factory=list)
@@ -45,31 +55,53 @@ def update_from_output(self:IterationStats, output:EngineCoreOutput, stats, num_
     self.num_generation_tokens += n
     if stats.first_token_time is None:
         self.num_prompt_tokens += num_prompt_tokens
+        self.num_cached_tokens += output.num_cached_tokens
         self.time_to_first_tokens_iter.append(now - stats.arrival_time)
     else: self.inter_token_latencies_iter.append(now - stats.last_token_time)
 
 @patch
-def update_from_finished_request(self:IterationStats, finish_reason:str, stats, num_prompt_tokens:int, now:float):
-    "Record a request that finished in this step (its stats now updated)."
+def update_from_finished_request(self:IterationStats, finish_reason:str, stats, num_prompt_tokens:int, now:float,
+                                 scheduled_time:float|None=None, num_cached_tokens:int=0, n_param:int|None=None, max_tokens_param:int|None=None):
+    "Record a request that finished in this step (its stats now updated); `scheduled_time`: when it was first scheduled."
     ttft = stats.first_token_time - stats.arrival_time if stats.first_token_time is not None else None
     n = stats.num_generation_tokens
     tpot = (stats.last_token_time - stats.first_token_time) / (n - 1) if n > 1 else None
-    self.finished_requests.append(FinishedRequestStats(str(finish_reason), now - stats.arrival_time, num_prompt_tokens, n, ttft, tpot))
+    sched = stats.arrival_time if scheduled_time is None else scheduled_time
+    first, last = stats.first_token_time or now, stats.last_token_time or now
+    self.finished_requests.append(FinishedRequestStats(str(finish_reason), now - stats.arrival_time, num_prompt_tokens, n, ttft, tpot,
+                                                       queued_time=sched - stats.arrival_time, prefill_time=first - sched,
+                                                       decode_time=last - first, inference_time=last - sched,
+                                                       num_cached_tokens=num_cached_tokens, n_param=n_param, max_tokens_param=max_tokens_param))
 
 # %% ../nbs/13_metrics.ipynb #a409ac57
 disable_created_metrics()  # no `*_created` timestamp series beside each counter (vLLM turns them off too)
-_LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0]
-_E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0]
+_LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
+_ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
+_E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
+_ITERATION_TOKENS_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+_FINISH_REASONS = ("stop", "length", "abort", "error")  # vLLM's FinishReason values
+
+def _request_tokens_buckets(max_model_len:int) -> list[int]:
+    "vLLM's 1-2-5 series up to max_model_len (request token histograms)."
+    res, exp = [], 0
+    while True:
+        for m in (1, 2, 5):
+            if m * 10**exp > max_model_len: return res
+            res.append(m * 10**exp)
+        exp += 1
 
 class PrometheusStatLogger:
-    "vLLM's Prometheus metrics (names and labels), in a registry of their own."
-    def __init__(self, model_name:str, num_blocks:int, registry:CollectorRegistry|None=None):
+    "vLLM's Prometheus metrics (names, labels `model_name` and `engine`, buckets), in a registry of their own."
+    def __init__(self, model_name:str, num_blocks:int, registry:CollectorRegistry|None=None,
+                 cache_config:dict|None=None,  # vllm:cache_config_info's labels (vLLM: every CacheConfig field, as strings)
+                 max_model_len:int=10000, engine:str="0"):
         self.registry = r = registry or CollectorRegistry()
-        self.model_name, self.num_blocks = model_name, num_blocks
-        lab = ["model_name"]
-        def gauge(name, doc): return Gauge(name, doc, lab, registry=r, multiprocess_mode="mostrecent").labels(model_name)
-        def counter(name, doc): return Counter(name, doc, lab, registry=r).labels(model_name)
-        def hist(name, doc, buckets): return Histogram(name, doc, lab, buckets=buckets, registry=r).labels(model_name)
+        self.model_name, self.num_blocks, self.engine = model_name, num_blocks, engine
+        lab, vals = ["model_name", "engine"], (model_name, engine)
+        def gauge(name, doc): return prom.Gauge(name, doc, lab, registry=r, multiprocess_mode="mostrecent").labels(*vals)
+        def counter(name, doc): return prom.Counter(name, doc, lab, registry=r).labels(*vals)
+        def hist(name, doc, buckets): return prom.Histogram(name, doc, lab, buckets=buckets, registry=r).labels(*vals)
+        tok_buckets = _request_tokens_buckets(max_model_len)
         self.num_requests_running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.num_requests_waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
         self.kv_cache_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
@@ -77,21 +109,35 @@ class PrometheusStatLogger:
         self.num_total_blocks = gauge("litevllm:num_total_blocks", "KV blocks in the pool.")
         self.num_unfinished = gauge("litevllm:num_unfinished_requests", "Requests the front end is still tracking.")
         self.num_total_blocks.set(num_blocks); self.num_free_blocks.set(num_blocks)
-        self.prefix_cache_queries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in tokens.")
-        self.prefix_cache_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.")
-        self.num_preemptions = counter("vllm:num_preemptions", "Cumulative number of preemptions.")
+        self.prefix_cache_queries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
+        self.prefix_cache_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        self.num_preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.prompt_tokens_cached = counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
-        self.request_success = Counter("vllm:request_success", "Count of finished requests, by finish reason.",
-                                       lab + ["finished_reason"], registry=r)
-        for reason in ("stop", "length", "abort"): self.request_success.labels(model_name, reason)
-        self.ttft = hist("vllm:time_to_first_token_seconds", "Time to first token, in seconds.", _LATENCY_BUCKETS)
-        self.itl = hist("vllm:inter_token_latency_seconds", "Inter-token latency, in seconds.", _LATENCY_BUCKETS)
-        self.tpot = hist("vllm:time_per_output_token_seconds", "Mean time per output token of each request, in seconds.", _LATENCY_BUCKETS)
-        self.tpot_v1 = hist("vllm:request_time_per_output_token_seconds", "The same TPOT, under vLLM V1's newer name.", _LATENCY_BUCKETS)
-        self.e2e = hist("vllm:e2e_request_latency_seconds", "End-to-end request latency, in seconds.", _E2E_BUCKETS)
-        self.prompt_len = hist("vllm:request_prompt_tokens", "Prompt tokens of each finished request.", [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000])
-        self.gen_len = hist("vllm:request_generation_tokens", "Generated tokens of each finished request.", [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000])
+        self.request_success = prom.Counter("vllm:request_success", "Count of successfully processed requests.",
+                                            lab + ["finished_reason"], registry=r)
+        for reason in _FINISH_REASONS: self.request_success.labels(model_name, engine, reason)
+        self.prompt_len = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tok_buckets)
+        self.gen_len = hist("vllm:request_generation_tokens", "Number of generation tokens processed.", tok_buckets)
+        self.iteration_tokens = hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", _ITERATION_TOKENS_BUCKETS)
+        self.max_num_gen_tokens = hist("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.", tok_buckets)
+        self.params_n = hist("vllm:request_params_n", "Histogram of the n request parameter.", [1, 2, 5, 10, 20])
+        self.params_max_tokens = hist("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", tok_buckets)
+        self.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _LATENCY_BUCKETS)
+        self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _ITL_BUCKETS)
+        self.tpot = hist("vllm:time_per_output_token_seconds", "Mean time per output token of each request, in seconds (vLLM's older name).", _ITL_BUCKETS)
+        self.tpot_v1 = hist("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", _ITL_BUCKETS)
+        self.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", _E2E_BUCKETS)
+        self.queue_time = hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", _E2E_BUCKETS)
+        self.inference_time = hist("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", _E2E_BUCKETS)
+        self.prefill_time = hist("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", _E2E_BUCKETS)
+        self.decode_time = hist("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", _E2E_BUCKETS)
+        self.prefill_kv_computed = hist("vllm:request_prefill_kv_computed_tokens",
+                                        "Histogram of new KV tokens computed during prefill (excluding cached tokens).", tok_buckets)
+        info = {k: str(v) for k, v in (cache_config or {"num_gpu_blocks": num_blocks}).items()} | {"engine": engine}
+        prom.Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", list(info), registry=r,
+                   multiprocess_mode="mostrecent").labels(**info).set(1)  # an info metric: a gauge set to 1, as vLLM
         self._last_preemptions = 0
 
 # %% ../nbs/13_metrics.ipynb #4cc8a5f5
@@ -113,19 +159,26 @@ def record(self:PrometheusStatLogger, scheduler_stats:SchedulerStats|None=None, 
     if iteration_stats is None: return
     it = iteration_stats
     self.prompt_tokens.inc(it.num_prompt_tokens)
+    self.prompt_tokens_cached.inc(it.num_cached_tokens)
     self.generation_tokens.inc(it.num_generation_tokens)
+    self.iteration_tokens.observe(it.num_prompt_tokens - it.num_cached_tokens + it.num_generation_tokens)  # tokens computed this step
     for t in it.time_to_first_tokens_iter: self.ttft.observe(t)
     for t in it.inter_token_latencies_iter: self.itl.observe(t)
     for f in it.finished_requests:
-        self.request_success.labels(self.model_name, f.finish_reason).inc()
+        self.request_success.labels(self.model_name, self.engine, f.finish_reason).inc()
         self.e2e.observe(f.e2e_latency)
+        for h, v in ((self.queue_time, f.queued_time), (self.prefill_time, f.prefill_time), (self.decode_time, f.decode_time),
+                     (self.inference_time, f.inference_time)): h.observe(v)
+        self.prefill_kv_computed.observe(f.num_prompt_tokens - max(f.num_cached_tokens, 0))
+        if f.n_param is not None: self.params_n.observe(f.n_param)
+        if f.max_tokens_param: self.params_max_tokens.observe(f.max_tokens_param); self.max_num_gen_tokens.observe(f.max_tokens_param)
         self.prompt_len.observe(f.num_prompt_tokens); self.gen_len.observe(f.num_generation_tokens)
         if f.mean_time_per_output_token is not None:
             self.tpot.observe(f.mean_time_per_output_token); self.tpot_v1.observe(f.mean_time_per_output_token)
 
 @patch
 def record_abort(self:PrometheusStatLogger, n:int=1):
-    if n: self.request_success.labels(self.model_name, "abort").inc(n)
+    if n: self.request_success.labels(self.model_name, self.engine, "abort").inc(n)
 
 @patch
 def render(self:PrometheusStatLogger) -> bytes:
@@ -146,3 +199,65 @@ def metric_value(text_or_dict:str|dict, name:str) -> float:
     "The sum of a metric's samples over all label sets (e.g. 'vllm:num_requests_running')."
     d = parse_metrics(text_or_dict) if isinstance(text_or_dict, str) else text_or_dict
     return sum(v for k, v in d.items() if k == name or k.startswith(name + "{"))
+
+# %% ../nbs/13_metrics.ipynb #7e505e90
+def cache_config_info(vllm_config, num_blocks:int) -> dict:
+    "vllm:cache_config_info's labels for an engine (vLLM's CacheConfig names)."
+    c = vllm_config
+    return dict(block_size=c.block_size, cache_dtype="auto", enable_prefix_caching=c.enable_prefix_caching,
+                gpu_memory_utilization=c.gpu_memory_utilization, kv_cache_memory_bytes=c.kv_cache_memory_bytes,
+                num_gpu_blocks=num_blocks, num_gpu_blocks_override=c.num_gpu_blocks_override)
+
+# %% ../nbs/13_metrics.ipynb #fe350e0f
+@dataclass
+class Metric:
+    "One metric with one set of labels (vLLM's `vllm.v1.metrics.reader.Metric`)."
+    name: str
+    labels: dict[str, str]
+
+@dataclass
+class Counter(Metric):
+    value: int
+
+@dataclass
+class Vector(Metric):
+    values: list[int]
+
+@dataclass
+class Gauge(Metric):
+    value: float
+
+@dataclass
+class Histogram(Metric):
+    count: int
+    sum: float
+    buckets: dict[str, int]  # le bound -> observations at or below it (cumulative, '+Inf' = count)
+
+# %% ../nbs/13_metrics.ipynb #995f273b
+def get_metrics_snapshot(registry:CollectorRegistry) -> list[Metric]:
+    "The `vllm:*` metrics of `registry` as `Metric` objects (vLLM's `get_metrics_snapshot`, on a registry of our own)."
+    res = []
+    for m in registry.collect():
+        if not m.name.startswith("vllm:"): continue
+        def samples(suffix=""): return [s for s in m.samples if s.name == m.name + suffix]
+        if m.type == "gauge": res += [Gauge(m.name, s.labels, s.value) for s in samples()]
+        elif m.type == "counter": res += [Counter(m.name, s.labels, int(s.value)) for s in samples("_total")]
+        elif m.type == "histogram":
+            key = lambda labels: frozenset((k, v) for k, v in labels.items() if k != "le")
+            buckets, counts, sums = {}, {key(s.labels): int(s.value) for s in samples("_count")}, {key(s.labels): s.value for s in samples("_sum")}
+            for s in samples("_bucket"): buckets.setdefault(key(s.labels), {})[s.labels["le"]] = int(s.value)
+            res += [Histogram(m.name, dict(k), counts[k], sums[k], b) for k, b in buckets.items()]
+    return res
+
+@patch
+def get_metrics_snapshot(self:PrometheusStatLogger) -> list[Metric]: return get_metrics_snapshot(self.registry)
+
+# %% ../nbs/13_metrics.ipynb #84cfd296
+@patch
+def new_iteration_stats(self:PrometheusStatLogger) -> IterationStats: return IterationStats()
+
+@patch
+def record_engine_step(self:PrometheusStatLogger, engine, iteration_stats:IterationStats|None):
+    "Record one step of `engine` (an `LLMEngine`): its scheduler stats, this iteration, free blocks and live requests."
+    pool = engine.engine_core.scheduler.kv_cache_manager.block_pool
+    self.record(engine.get_stats(), iteration_stats, pool.get_num_free_blocks(), engine.output_processor.get_num_unfinished_requests())

@@ -21,7 +21,8 @@ __all__ = ['Logprob', 'CompletionOutput', 'RequestOutput', 'IncrementalDetokeniz
            'RequestState', 'ParentRequest', 'OutputProcessorOutput', 'OutputProcessor']
 
 # %% ../nbs/10_output_processor.ipynb #4bf4a073
-class Logprob(NamedTuple):
+@dataclass
+class Logprob:
     "A token's logprob, its rank in the distribution (1 = most likely) and its text."
     logprob: float
     rank: int|None = None

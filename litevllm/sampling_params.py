@@ -8,9 +8,10 @@ Docs: https://litevllm.github.io/litevllm/sampling_params.html.md"""
 from __future__ import annotations
 import copy, enum, logging
 from dataclasses import dataclass, field, fields
+from .exceptions import VLLMValidationError
 
 # %% auto #0
-__all__ = ['logger', 'RequestOutputKind', 'SamplingParams']
+__all__ = ['logger', 'RequestOutputKind', 'SamplingParams', 'BeamSearchParams']
 
 # %% ../nbs/01_sampling_params.ipynb #5699235d
 class RequestOutputKind(enum.Enum):
@@ -33,12 +34,12 @@ class SamplingParams:
     repetition_penalty: float = 1.0             # divide (positive) / multiply (negative) logits of prompt and output tokens
     temperature: float = 1.0                    # 0: greedy
     top_p: float = 1.0                          # keep the smallest set of tokens whose probability reaches top_p
-    top_k: int = 0                              # keep the k most likely tokens; 0 or -1: all
+    top_k: int = 0                              # keep the k most likely tokens; 0 or -1: all (kept as given)
     min_p: float = 0.0                          # drop tokens below min_p times the top token's probability
     seed: int|None = None                       # per-request seed: the same text whatever else is in the batch
     stop: str|list[str]|None = None             # stop strings (not included in the output)
     stop_token_ids: list[int]|None = None       # stop tokens: in token_ids but not in the text (as EOS)
-    bad_words: list[str]|None = None            # words whose tokens may never be generated
+    bad_words: list[str]|None = None            # words whose tokens may never be generated (None becomes [])
     ignore_eos: bool = False                    # keep going after EOS
     max_tokens: int|None = 16                   # tokens to generate at most; None: up to max_model_len
     min_tokens: int = 0                         # EOS and stop token ids are masked until this many tokens exist
@@ -60,7 +61,7 @@ class SamplingParams:
         if isinstance(self.stop, str): self.stop = [self.stop]
         self.stop = list(self.stop or [])
         self.stop_token_ids = list(dict.fromkeys(self.stop_token_ids or []))
-        if self.bad_words is not None: self.bad_words = list(dict.fromkeys(self.bad_words))
+        self.bad_words = list(dict.fromkeys(self.bad_words or []))
         if self.logit_bias is not None: self.logit_bias = {int(k): float(v) for k, v in self.logit_bias.items()}
         if isinstance(self.output_kind, int): self.output_kind = RequestOutputKind(self.output_kind)
         self._verify()
@@ -69,12 +70,11 @@ class SamplingParams:
             self.temperature = _MAX_TEMP
         if self.temperature < _SAMPLING_EPS:  # greedy: neutral truncation settings
             self.top_p, self.top_k, self.min_p = 1.0, 0, 0.0
-            if self.n > 1: raise ValueError(f"n must be 1 when using greedy sampling (temperature=0), got {self.n}")
-        if self.top_k == -1: self.top_k = 0
+            if self.n > 1: raise VLLMValidationError(f"n must be 1 when using greedy sampling (temperature=0), got {self.n}", parameter="n", value=self.n)
 
     def _verify(self):
         def check(ok, name, msg):
-            if not ok: raise ValueError(f"{name} {msg}, got {getattr(self, name)!r}")
+            if not ok: raise VLLMValidationError(f"{name} {msg}, got {getattr(self, name)!r}", parameter=name, value=getattr(self, name))
         check(isinstance(self.n, int) and self.n >= 1, "n", "must be at least 1")
         check(isinstance(self.temperature, (int, float)) and self.temperature == self.temperature, "temperature", "must be a number")
         check(-2.0 <= self.presence_penalty <= 2.0, "presence_penalty", "must be in [-2, 2]")
@@ -96,7 +96,7 @@ class SamplingParams:
         check(not self.stop or self.detokenize, "stop", "strings are only supported when detokenize is True")
         check(all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "must be non-negative integers")
         check(self.allowed_token_ids is None or len(self.allowed_token_ids) > 0, "allowed_token_ids", "must not be empty")
-        check(self.bad_words is None or all(isinstance(w, str) and w for w in self.bad_words), "bad_words", "must be non-empty strings")
+        check(all(isinstance(w, str) and w for w in self.bad_words), "bad_words", "must be non-empty strings")
         check(isinstance(self.output_kind, RequestOutputKind), "output_kind", "must be a RequestOutputKind")
 
     @property
@@ -114,3 +114,20 @@ class SamplingParams:
         return max(map(len, self.stop)) - 1 if self.stop and not self.include_stop_str_in_output else 0
 
     def clone(self) -> SamplingParams: return copy.deepcopy(self)
+
+# %% ../nbs/01_sampling_params.ipynb #11fc4161
+@dataclass
+class BeamSearchParams:
+    "vLLM's beam search parameters."
+    beam_width: int                          # beams kept after each step
+    max_tokens: int                          # tokens added at most
+    ignore_eos: bool = False                 # False: a beam ending in EOS is complete
+    temperature: float = 0.0
+    length_penalty: float = 1.0              # score = cumulative logprob / length ** length_penalty
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+    def __post_init__(self):
+        for name in ("beam_width", "max_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1: raise VLLMValidationError(f"{name} must be at least 1, got {v}.", parameter=name, value=v)

@@ -6,8 +6,9 @@ Docs: https://litevllm.github.io/litevllm/server.html.md"""
 
 # %% ../nbs/16_server.ipynb #8f62a838
 from __future__ import annotations
-import argparse, asyncio, contextlib, dataclasses, json, logging, math, os, secrets, signal, sys, time, uuid
+import argparse, asyncio, contextlib, dataclasses, json, logging, math, os, re, secrets, signal, sys, time, uuid
 from concurrent.futures import ThreadPoolExecutor
+from http import HTTPStatus
 from fastcore.basics import patch
 from typing import Any, AsyncIterator
 import uvicorn
@@ -25,14 +26,16 @@ from .async_llm import AsyncLLM, AsyncEngineArgs, EngineDeadError, EngineGenerat
 from .cli import add_engine_args, engine_kwargs
 
 # %% auto #0
-__all__ = ['logger', 'SSE_DONE', 'APIError', 'error_response', 'validation_message', 'OpenAIBaseModel', 'StreamOptions',
-           'SamplingFields', 'CompletionRequest', 'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest',
-           'bad_request', 'to_sampling_params', 'check_length', 'ServerLimits', 'add_limit_args', 'num_prompts',
-           'check_limits', 'completion_logprobs', 'chat_logprobs', 'ServerState', 'default_served_names',
-           'APIKeyMiddleware', 'ServerGuard', 'ClientDisconnected', 'run_until_disconnect', 'merge_async_iterators',
-           'sse', 'usage', 'prepare_completion', 'completion_full', 'completion_stream', 'prepare_chat', 'chat_full',
-           'chat_stream', 'check_chat_template', 'echo_text', 'build_app', 'threading_main', 'cmd_serve', 'add_cli',
-           'ServerShuttingDown']
+__all__ = ['logger', 'SSE_DONE', 'APIError', 'error_response', 'validation_message', 'sanitize_message', 'vllm_validation_error',
+           'http_error_body', 'OpenAIBaseModel', 'StreamOptions', 'SamplingFields', 'CompletionRequest',
+           'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest', 'bad_request', 'to_sampling_params',
+           'check_length', 'ServerLimits', 'add_limit_args', 'num_prompts', 'check_limits', 'completion_logprobs',
+           'chat_logprobs', 'ServerState', 'default_served_names', 'APIKeyMiddleware', 'ServerGuard',
+           'ClientDisconnected', 'run_until_disconnect', 'merge_async_iterators', 'sse', 'usage',
+           'prompt_logprobs_json', 'vllm_choice_extras', 'chat_message', 'check_prompt_logprobs', 'echo_choice',
+           'check_tool_choice', 'prepare_completion', 'completion_full', 'completion_stream', 'prepare_chat',
+           'chat_full', 'chat_stream', 'check_chat_template', 'echo_text', 'build_app', 'threading_main', 'cmd_serve',
+           'add_cli', 'ServerShuttingDown']
 
 # %% ../nbs/16_server.ipynb #f462d722
 logger = logging.getLogger("litevllm.server")
@@ -64,6 +67,40 @@ def validation_message(exc:RequestValidationError) -> tuple[str, str|None]:
     msgs = [f"{_loc(x.get('loc', ())) or 'body'}: {x.get('msg')}" + (f" (got {x['input']!r})" if x.get("type") != "missing" and "input" in x and not isinstance(x["input"], dict) else "")
             for x in errs[:3]]
     return "; ".join(msgs), _loc(e.get("loc", ())) or None
+
+# %% ../nbs/16_server.ipynb #3321c216
+def sanitize_message(message:str) -> str:
+    "vLLM's: no memory addresses, traceback lines or file paths in an error message."
+    message = re.sub(r" at 0x[0-9a-fA-F]+>", ">", message)
+    message = re.sub(r'\n?\s*File "[^"]+", line \d+, in \S+(\n\s+.*)?', "", message)
+    message = re.sub(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+", "<path>", message)
+    message = re.sub(r"(?:/[\w\-]+)+/[\w\-]+\.\w+", "<path>", message)
+    return message.strip()
+
+def _short_input(v):
+    if isinstance(v, str): return v if len(v) <= 200 else v[:200] + "...[truncated]"
+    if isinstance(v, (bytes, bytearray)): return f"<{type(v).__name__} of {len(v)} bytes>"
+    if isinstance(v, (list, tuple, set, frozenset, dict)): return f"<{type(v).__name__} of {len(v)} items>"
+    return v if len(str(v)) <= 200 else str(v)[:200] + "...[truncated]"
+
+def vllm_validation_error(exc:RequestValidationError) -> dict:
+    "vLLM 0.32's 400 body for a request that failed pydantic validation."
+    errors = exc.errors()
+    param = ".".join(str(p) for p in errors[0].get("loc", ())) or None if errors else None
+    lines = []
+    for e in errors[:10]:
+        e = dict(e)
+        if "input" in e: e["input"] = _short_input(e["input"])
+        if isinstance(e.get("loc"), (tuple, list)): e["loc"] = ".".join(str(p) for p in e["loc"])
+        e.pop("url", None)
+        lines.append(f"  {str(e)[:1000]}\n")
+    label = "error" if len(errors) == 1 else "errors"
+    message = (f"{len(errors)} validation {label}:\n" + "".join(lines)).rstrip() if errors else "Validation error"
+    return {"error": {"message": sanitize_message(message), "type": HTTPStatus.BAD_REQUEST.phrase, "param": param, "code": 400}}
+
+def http_error_body(status:int, detail) -> dict:
+    "vLLM's body for an HTTP error such as an unknown route (404) or a wrong method (405)."
+    return {"error": {"message": sanitize_message(str(detail)), "type": HTTPStatus(status).phrase, "param": None, "code": status}}
 
 # %% ../nbs/16_server.ipynb #7218c615
 class OpenAIBaseModel(BaseModel):
@@ -108,6 +145,7 @@ class SamplingFields(OpenAIBaseModel):
     allowed_token_ids: list[int]|None = None
     bad_words: list[str]|None = None
     prompt_logprobs: int|None = None
+    return_token_ids: bool|None = None       # vLLM: token_ids (and prompt_token_ids) in the response
 
 class CompletionRequest(SamplingFields):
     prompt: str|list[str]|list[int]|list[list[int]]
@@ -130,6 +168,8 @@ class ChatCompletionRequest(SamplingFields):
     chat_template: str|None = None
     chat_template_kwargs: dict[str, Any]|None = None
     add_special_tokens: bool = False
+    tools: list[dict[str, Any]]|None = None
+    tool_choice: str|dict[str, Any]|None = None
 
 class TokenizeRequest(OpenAIBaseModel):
     model: str|None = None
@@ -169,16 +209,14 @@ def to_sampling_params(req:SamplingFields, max_tokens:int|None, logprobs:int|Non
 
 # %% ../nbs/16_server.ipynb #96d730b3
 def check_length(prompt_len:int, max_tokens:int|None, max_model_len:int, input_name:str, tokens_field:str) -> int:
-    "The max_tokens to use; APIError if the prompt and completion do not fit in max_model_len."
+    "The max_tokens to use: capped to the room left, as vLLM 0.32 does; APIError if the prompt leaves no room."
+    if max_tokens is not None and max_tokens > max_model_len:  # vLLM's renderer refuses only this
+        raise APIError(f"{tokens_field}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+                       f"Please request fewer output tokens.", param=tokens_field)
     if prompt_len >= max_model_len:
         raise APIError(f"This model's maximum context length is {max_model_len} tokens. However, your request has {prompt_len} "
                        f"input tokens. Please reduce the length of the input {input_name}.", param=input_name)
-    if max_tokens is None: return max_model_len - prompt_len
-    if prompt_len + max_tokens > max_model_len:
-        raise APIError(f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-                       f"{prompt_len + max_tokens} tokens ({prompt_len} in the {input_name}, {max_tokens} in the completion). "
-                       f"Please reduce the length of the {input_name} or {tokens_field}.", param=tokens_field)
-    return max_tokens
+    return max_model_len - prompt_len if max_tokens is None else min(max_tokens, max_model_len - prompt_len)
 
 # %% ../nbs/16_server.ipynb #fa79fad2
 @dataclasses.dataclass
@@ -386,7 +424,59 @@ def _error_obj(e:Exception) -> dict:
     return {"error": {"message": str(e), "type": _STATUS_TYPES[status], "param": None, "code": status}}
 
 def usage(prompt_tokens:int, completion_tokens:int) -> dict:
-    return dict(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+    return dict(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens,
+                prompt_tokens_details=None, completion_tokens_details=None)  # OpenAI's fields, null as in vLLM by default
+
+# %% ../nbs/16_server.ipynb #206a7a4d
+def prompt_logprobs_json(plp) -> list|None:
+    "RequestOutput.prompt_logprobs in vLLM's JSON: None for the first token, then {id: {logprob, rank, decoded_token}}."
+    if plp is None: return None
+    return [None if d is None else {str(t): dict(logprob=_lp(lp.logprob), rank=lp.rank, decoded_token=lp.decoded_token) for t, lp in d.items()}
+            for d in plp]
+
+def vllm_choice_extras(req, out, c) -> dict:
+    "A completions choice's vLLM fields: token ids when asked, prompt logprobs."
+    ask = bool(req.return_token_ids)
+    return dict(token_ids=list(c.token_ids) if ask else None, prompt_logprobs=prompt_logprobs_json(out.prompt_logprobs),
+                prompt_token_ids=list(out.prompt_token_ids) if ask else None)
+
+def chat_message(text:str) -> dict:
+    "An assistant message as vLLM writes it: OpenAI's null fields, no empty tool_calls."
+    return dict(role="assistant", content=text, refusal=None, annotations=None, audio=None, function_call=None, reasoning=None)
+
+def check_prompt_logprobs(req):
+    "vLLM: prompt logprobs are not streamed."
+    if req.prompt_logprobs is not None and req.stream and (req.prompt_logprobs > 0 or req.prompt_logprobs == -1):
+        raise APIError("`prompt_logprobs` are not available when `stream=True`.", param="prompt_logprobs")
+
+def echo_choice(st, req, ch:dict, out, c, prompt_text:str):
+    "Put the prompt in front of a completions choice (and its logprobs in front of the choice's logprobs)."
+    ch["text"] = prompt_text + ch["text"]
+    if req.logprobs is None or out.prompt_logprobs is None or c.logprobs is None: return
+    ids = list(out.prompt_token_ids) + list(c.token_ids)
+    lps = list(out.prompt_logprobs) + list(c.logprobs)
+    res, offset = dict(tokens=[], token_logprobs=[], top_logprobs=[], text_offset=[]), 0
+    for tid, d in zip(ids, lps):
+        if d is None: t, lp, top = st.tokenizer.decode([tid]), None, None  # the first prompt token has no logprob
+        else:
+            t = _tok(st.tokenizer, tid, d[tid]); lp = _lp(d[tid].logprob)
+            top = {_tok(st.tokenizer, i, x): _lp(x.logprob) for i, x in d.items()}
+        res["tokens"].append(t); res["token_logprobs"].append(lp); res["top_logprobs"].append(top)
+        res["text_offset"].append(offset); offset += len(t)
+    ch["logprobs"] = res
+
+def check_tool_choice(req) -> list[dict]|None:
+    "vLLM without a tool parser: `tools` with tool_choice auto (the default) or required is a 400; 'none' renders them."
+    if req.tool_choice is not None and req.tool_choice != "none" and not req.tools:
+        raise APIError("When using `tool_choice`, `tools` must be set.", param="tool_choice")
+    if not req.tools: return None
+    choice = req.tool_choice if req.tool_choice is not None else "auto"  # vLLM: tools without tool_choice means "auto"
+    if choice == "auto":
+        raise APIError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+    if choice != "none":
+        desc = f'function "{choice.get("function", {}).get("name")}"' if isinstance(choice, dict) else f'"{choice}"'
+        raise APIError(f"tool_choice={desc} requires --tool-call-parser to be set")
+    return req.tools
 
 # %% ../nbs/16_server.ipynb #0c031a54
 def _prompts(prompt) -> list[str|list[int]]:
@@ -398,11 +488,11 @@ def _prompts(prompt) -> list[str|list[int]]:
 def prepare_completion(st:ServerState, req:CompletionRequest):
     "[(engine prompt, SamplingParams, prompt text)] for each prompt of a completions request (APIError if invalid)."
     if req.suffix is not None: raise APIError("suffix is not currently supported", param="suffix")
-    if req.best_of is not None and req.best_of != req.n: raise APIError("best_of must equal n (beam search and best_of are not supported)", param="best_of")
     if req.stream_options is not None and not req.stream: raise APIError("Stream options can only be defined when `stream=True`.", param="stream_options")
-    if req.echo and req.logprobs is not None: raise APIError("echo together with logprobs is not supported", param="echo")
+    check_prompt_logprobs(req)
     try: base = to_sampling_params(req, req.max_tokens, req.logprobs, req.stream)
     except ValueError as e: raise bad_request(e)
+    if req.echo and base.prompt_logprobs is None and req.logprobs is not None: base.prompt_logprobs = req.logprobs  # vLLM: echo's logprobs
     res = []
     for i, p in enumerate(_prompts(req.prompt)):
         if isinstance(p, str): ids, text = st.tokenizer(p, add_special_tokens=req.add_special_tokens).input_ids, p
@@ -419,7 +509,7 @@ def prepare_completion(st:ServerState, req:CompletionRequest):
 def _completion_choice(st, req, out, c, index, text_offset=0):
     lps = None
     if req.logprobs is not None and c.logprobs is not None: lps, _ = completion_logprobs(st.tokenizer, c.token_ids, c.logprobs, text_offset)
-    return dict(index=index, text=c.text, logprobs=lps, finish_reason=c.finish_reason, stop_reason=c.stop_reason)
+    return dict(index=index, text=c.text, logprobs=lps, finish_reason=c.finish_reason, stop_reason=c.stop_reason) | vllm_choice_extras(req, out, c)
 
 async def completion_full(st:ServerState, req:CompletionRequest, prepared, rid:str, model:str) -> dict:
     async def one(i, prompt, params):
@@ -433,15 +523,16 @@ async def completion_full(st:ServerState, req:CompletionRequest, prepared, rid:s
         for c in sorted(out.outputs, key=lambda c: c.index):
             n_gen += len(c.token_ids)
             ch = _completion_choice(st, req, out, c, i * req.n + c.index)
-            if req.echo: ch["text"] = text + ch["text"]
+            if req.echo: echo_choice(st, req, ch, out, c, text)
             choices.append(ch)
-    return dict(id=rid, object="text_completion", created=int(time.time()), model=model, choices=choices, usage=usage(n_prompt, n_gen))
+    return dict(id=rid, object="text_completion", created=int(time.time()), model=model, choices=choices, service_tier=None,
+                system_fingerprint=None, usage=usage(n_prompt, n_gen))
 
 async def completion_stream(st:ServerState, req:CompletionRequest, prepared, rid:str, model:str):
     created, opts = int(time.time()), req.stream_options
     include_usage = bool(opts and opts.include_usage)
     continuous = include_usage and bool(opts.continuous_usage_stats)
-    n_prompt, n_gen, offsets, echoed = {}, {}, {}, set()
+    n_prompt, n_gen, offsets, echoed, lp_echoed = {}, {}, {}, set(), set()
     gens = [st.engine.generate(p, sp, f"{rid}-{i}", priority=req.priority) for i, (p, sp, _) in enumerate(prepared)]
     try:
         async for i, out in merge_async_iterators(*gens):
@@ -454,9 +545,12 @@ async def completion_stream(st:ServerState, req:CompletionRequest, prepared, rid
                 if not text and c.finish_reason is None: continue
                 ch = _completion_choice(st, req, out, c, idx, offsets.get(idx, 0))
                 ch["text"] = text
+                ch.pop("prompt_logprobs", None)  # vLLM's stream choices have none (prompt logprobs are not streamed)
+                if req.echo and req.logprobs is not None and idx not in lp_echoed:  # the first chunk: the prompt's logprobs too
+                    lp_echoed.add(idx); echo_choice(st, req, ch, out, c, "")
                 if ch["logprobs"]: offsets[idx] = offsets.get(idx, 0) + sum(map(len, ch["logprobs"]["tokens"]))
                 chunk = dict(id=rid, object="text_completion", created=created, model=model, choices=[ch])
-                if include_usage: chunk["usage"] = usage(sum(n_prompt.values()), sum(n_gen.values())) if continuous else None
+                if continuous: chunk["usage"] = usage(sum(n_prompt.values()), sum(n_gen.values()))  # vLLM: no usage key otherwise
                 yield sse(chunk)
         if include_usage:
             yield sse(dict(id=rid, object="text_completion", created=created, model=model, choices=[],
@@ -482,6 +576,7 @@ def _chat_messages(messages:list[dict]) -> list[dict]:
 def prepare_chat(st:ServerState, req:ChatCompletionRequest):
     "(engine prompt, SamplingParams) for a chat request (APIError if invalid)."
     if not req.messages: raise APIError("messages must not be empty", param="messages")
+    tools = check_tool_choice(req)
     if req.stream_options is not None and not req.stream: raise APIError("Stream options can only be defined when `stream=True`.", param="stream_options")
     if req.top_logprobs is not None:
         if not req.logprobs: raise APIError("when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs")
@@ -493,7 +588,7 @@ def prepare_chat(st:ServerState, req:ChatCompletionRequest):
     kwargs = dict(req.chat_template_kwargs or {})
     if req.continue_final_message: kwargs["continue_final_message"] = True
     try: ids = apply_chat_template(st.tokenizer, _chat_messages(req.messages), req.chat_template,
-                                   req.add_generation_prompt and not req.continue_final_message, **kwargs)
+                                   req.add_generation_prompt and not req.continue_final_message, tools=tools, **kwargs)
     except APIError: raise
     except Exception as e: raise APIError(f"messages: could not apply the chat template: {e}", param="messages")
     params.max_tokens = check_length(len(ids), max_tokens, st.max_model_len, "messages", field)
@@ -510,10 +605,13 @@ async def chat_full(st:ServerState, req:ChatCompletionRequest, prompt, params, r
     final = None
     async for out in st.engine.generate(prompt, params, rid, priority=req.priority): final = out
     prefix = echo_text(req)
-    choices = [dict(index=c.index, message=dict(role="assistant", content=prefix + c.text, tool_calls=[]), logprobs=_chat_lps(st, req, c),
-                    finish_reason=c.finish_reason, stop_reason=c.stop_reason) for c in sorted(final.outputs, key=lambda c: c.index)]
-    return dict(id=rid, object="chat.completion", created=int(time.time()), model=model, choices=choices,
-                usage=usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs)))
+    choices = [dict(index=c.index, message=chat_message(prefix + c.text), logprobs=_chat_lps(st, req, c),
+                    finish_reason=c.finish_reason, stop_reason=c.stop_reason, token_ids=c.token_ids if req.return_token_ids else None)
+               for c in sorted(final.outputs, key=lambda c: c.index)]
+    return dict(id=rid, object="chat.completion", created=int(time.time()), model=model, choices=choices, service_tier=None,
+                system_fingerprint=None, usage=usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs)),
+                prompt_logprobs=prompt_logprobs_json(final.prompt_logprobs),
+                prompt_token_ids=final.prompt_token_ids if req.return_token_ids else None)
 
 async def chat_stream(st:ServerState, req:ChatCompletionRequest, prompt, params, rid:str, model:str):
     created, opts = int(time.time()), req.stream_options
@@ -522,7 +620,7 @@ async def chat_stream(st:ServerState, req:ChatCompletionRequest, prompt, params,
     n_prompt, n_gen = len(prompt["prompt_token_ids"]), {}
     def chunk(choices, u=None):
         d = dict(id=rid, object="chat.completion.chunk", created=created, model=model, choices=choices)
-        if include_usage: d["usage"] = u if u is not None else (usage(n_prompt, sum(n_gen.values())) if continuous else None)
+        if u is not None or continuous: d["usage"] = u if u is not None else usage(n_prompt, sum(n_gen.values()))  # vLLM: no usage key otherwise
         return sse(d)
     try:
         for i in range(req.n):  # the first chunk of each choice carries the role
@@ -568,15 +666,14 @@ def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:s
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request, exc):
-        msg, param = validation_message(exc)
-        return error_response(msg, 400, "BadRequestError", param)
+        return JSONResponse(vllm_validation_error(exc), status_code=400)  # vLLM 0.32's shape
 
     @app.exception_handler(APIError)
     async def _api_error(request, exc): return error_response(exc.message, exc.status, exc.type, exc.param)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request, exc):
-        return error_response(str(exc.detail), exc.status_code, _STATUS_TYPES.get(exc.status_code, "APIError"))
+        return JSONResponse(http_error_body(exc.status_code, exc.detail), status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(EngineDeadError)
     async def _dead(request, exc): return error_response(f"The engine is dead: {exc}", 500, "InternalServerError")

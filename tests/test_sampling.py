@@ -5,6 +5,7 @@ from scipy import stats
 from litevllm import LLM, SamplingParams
 from litevllm.config import EngineArgs, default_model_path
 from litevllm.inputs import InputProcessor, get_tokenizer
+from litevllm.exceptions import VLLMValidationError
 from litevllm.sampler import Sampler, make_sampling_metadata, apply_top_k_top_p, apply_min_p, gather_logprobs
 
 
@@ -26,13 +27,14 @@ NEG = float("-inf")
     (dict(n=2, temperature=0), "n"),
 ])
 def test_bad_values_raise_naming_the_field(kwargs, field):
-    with pytest.raises(ValueError, match=field): SamplingParams(**kwargs)
+    with pytest.raises(VLLMValidationError, match=field) as ei: SamplingParams(**kwargs)
+    assert ei.value.parameter == field  # vLLM 0.32 raises VLLMValidationError (its source), a ValueError here too
 
 
 def test_params_normalisation():
     p = SamplingParams(temperature=0, top_k=7, top_p=0.3, min_p=0.2)
     assert (p.top_k, p.top_p, p.min_p, p.sampling_type) == (0, 1.0, 0.0, "greedy")
-    assert SamplingParams(top_k=-1).top_k == 0 and SamplingParams(seed=-1).seed is None
+    assert SamplingParams(top_k=-1).top_k == -1 and SamplingParams(seed=-1).seed is None  # vLLM keeps -1 (off, as 0)
     assert SamplingParams(temperature=1e-3).temperature == 0.01          # vLLM's floor for a non-zero temperature
     assert SamplingParams(stop="\n").stop == ["\n"]
     assert SamplingParams(stop=["ab", "abcde"]).output_text_buffer_length == 4

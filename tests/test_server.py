@@ -242,7 +242,7 @@ BAD = [  # (name, path, body (None: malformed JSON), headers, status, a word the
     ("temperature-negative", "/v1/completions", OK | dict(temperature=-1.0), None, 400, "temperature"),
     ("top_p-0", "/v1/chat/completions", CHAT_OK | dict(top_p=0.0), None, 400, "top_p"),
     ("prompt-too-long", "/v1/completions", OK | dict(prompt="hello " * 600), None, 400, "prompt"),
-    ("prompt-plus-max_tokens", "/v1/completions", OK | dict(max_tokens=512), None, 400, "max_tokens"),
+    ("max_tokens-above-max_model_len", "/v1/completions", OK | dict(max_tokens=600), None, 400, "max_tokens"),  # vLLM 0.32 caps a fitting one
     ("messages-too-long", "/v1/chat/completions", CHAT_OK | dict(messages=[{"role": "user", "content": "hello " * 600}]), None, 400, "messages"),
     ("top_logprobs-without-logprobs", "/v1/chat/completions", CHAT_OK | dict(top_logprobs=2), None, 400, "logprobs"),
     ("logprobs-above-max", "/v1/completions", OK | dict(logprobs=50), None, 400, "logprobs"),
@@ -263,7 +263,8 @@ def test_bad_requests(server, name, path, body, headers, status, word):
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["code"] == status
     assert word in err["message"]
-    assert err["type"] == {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}[status]
+    pydantic = name in ("malformed-json", "missing-prompt", "unknown-stream-option") or name.startswith("wrong-type")
+    assert err["type"] == ("Bad Request" if pydantic else {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}[status])  # vLLM 0.32
     assert_idle(server)  # nothing of a bad request reached the engine (or stayed there)
     ok = httpx.post(f"{server}/v1/completions", json=OK, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
     assert ok.status_code == 200  # and the server keeps serving
@@ -318,7 +319,7 @@ async def stream_text(c:httpx.AsyncClient, prompt, max_tokens=16, leave_after=No
 
 def test_64_concurrent_streams_with_disconnects(client, server):
     refs = {p: client.completions.create(model=MODEL, prompt=p, max_tokens=16, temperature=0).choices[0].text for p in PROMPTS}
-    before = metric_value(metrics(server), 'vllm:request_success_total{finished_reason="abort",model_name="%s"}' % MODEL)
+    before = metric_value(metrics(server), 'vllm:request_success_total{engine="0",finished_reason="abort",model_name="%s"}' % MODEL)
 
     async def main():
         async with httpx.AsyncClient(base_url=server, headers={"Authorization": f"Bearer {KEY}"}, timeout=120,
@@ -332,7 +333,7 @@ def test_64_concurrent_streams_with_disconnects(client, server):
         else: assert text == refs[PROMPTS[i % len(PROMPTS)]], f"client {i}"
     assert_idle(server)
     m = metrics(server)
-    aborted = metric_value(m, 'vllm:request_success_total{finished_reason="abort",model_name="%s"}' % MODEL) - before
+    aborted = metric_value(m, 'vllm:request_success_total{engine="0",finished_reason="abort",model_name="%s"}' % MODEL) - before
     assert aborted <= 16  # the leavers that had not finished yet were aborted, and nobody else
 
 
