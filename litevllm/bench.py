@@ -208,6 +208,7 @@ def run_vllm(python:str, wl:Workload, model, dtype:str, max_model_len:int, seed:
     "Time real vLLM over `wl` in a subprocess of `python` (vLLM's own environment): a row like `run_litevllm`'s."
     import subprocess, tempfile, torch
     if not Path(python).exists(): raise ValueError(f"--vllm-python {python} does not exist (build it with `make vllm-baseline`)")
+    python = str(Path(python).absolute())  # the worker runs in a temporary folder; not resolve(): a venv's python is a symlink
     n = threads or torch.get_num_threads()
     env = os.environ | {"VLLM_CPU_OMP_THREADS_BIND": f"0-{n - 1}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "PYTHONUNBUFFERED": "1"}
     job = dict(model=str(model), dtype=dtype, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,

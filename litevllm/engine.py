@@ -19,7 +19,7 @@ from .output_processor import OutputProcessor, ParentRequest, RequestOutput, Out
 logger = logging.getLogger("litevllm")
 
 # %% auto #0
-__all__ = ['logger', 'EngineCore', 'LLMEngine', 'bad_words_token_ids']
+__all__ = ['logger', 'EngineCore', 'LLMEngine']
 
 # %% ../nbs/11_engine.ipynb #7cea4332
 class EngineCore:
@@ -90,8 +90,7 @@ def process_inputs(self:LLMEngine, request_id:str, prompt:PromptType, params:Sam
                    arrival_time:float|None=None, priority:int=0) -> EngineCoreRequest:
     "Tokenize and validate one request (nothing is added)."
     params = SamplingParams() if params is None else params
-    if bad_words := getattr(params, "bad_words", None):
-        params._bad_words_token_ids = bad_words_token_ids(self.tokenizer, bad_words)
+    params.update_from_tokenizer(self.tokenizer)  # bad_words -> the token sequences the sampler bans
     if not isinstance(request_id, str): raise TypeError(f"request_id must be a string, got {type(request_id)}")  # vLLM's check
     if not request_id: raise VLLMValidationError("request_id must be a non-empty string", parameter="request_id", value=request_id)
     if request_id in self.output_processor.request_states or request_id in self.output_processor.parent_requests:
@@ -118,17 +117,6 @@ def add_request(self:LLMEngine, request_id:str, prompt:PromptType, params:Sampli
                 arrival_time:float|None=None, priority:int=0) -> str:
     "Validate and add one request; its id (as vLLM, which returns it)."
     return self.add_processed_request(self.process_inputs(request_id, prompt, params, arrival_time, priority))
-
-def bad_words_token_ids(tokenizer, bad_words:list[str]) -> list[list[int]]:
-    "Token sequences of each bad word, as vLLM bans them: the word, and its leading-space form if that is a different word token."
-    res = []
-    for w in bad_words:
-        plain = tokenizer(w.lstrip(), add_special_tokens=False).input_ids
-        if not plain: raise ValueError(f"bad_words contains {w!r}, which tokenizes to nothing")
-        res.append(plain)
-        spaced = tokenizer(" " + w.lstrip(), add_special_tokens=False).input_ids
-        if spaced[0] != plain[0] and len(spaced) == len(plain): res.append(spaced)  # e.g. "cat" and " cat" are two tokens
-    return res
 
 # %% ../nbs/11_engine.ipynb #10c20cc6
 @patch

@@ -8,6 +8,7 @@ Docs: https://litevllm.github.io/litevllm/sampling_params.html.md"""
 from __future__ import annotations
 import copy, enum, logging
 from dataclasses import dataclass, field, fields
+from fastcore.basics import patch
 from .exceptions import VLLMValidationError
 
 # %% auto #0
@@ -114,6 +115,20 @@ class SamplingParams:
         return max(map(len, self.stop)) - 1 if self.stop and not self.include_stop_str_in_output else 0
 
     def clone(self) -> SamplingParams: return copy.deepcopy(self)
+
+# %% ../nbs/01_sampling_params.ipynb #885ad92e
+@patch
+def update_from_tokenizer(self:SamplingParams, tokenizer) -> None:
+    "Set `_bad_words_token_ids`, the token sequences the sampler bans for `bad_words`."
+    if not self.bad_words: return
+    res = []
+    for w in self.bad_words:
+        plain = tokenizer(w.lstrip(), add_special_tokens=False).input_ids
+        if not plain: raise VLLMValidationError("bad_words entries must tokenize to at least one token.", parameter="bad_words", value=self.bad_words)
+        res.append(plain)
+        spaced = tokenizer(" " + w.lstrip(), add_special_tokens=False).input_ids
+        if spaced[0] != plain[0] and len(spaced) == len(plain): res.append(spaced)  # e.g. "cat" and " cat": two tokens
+    self._bad_words_token_ids = res
 
 # %% ../nbs/01_sampling_params.ipynb #11fc4161
 @dataclass
