@@ -372,9 +372,9 @@ def cmd_latency(ns) -> int:
     return 0
 
 # %% ../nbs/30_benchmarks.ipynb #533b1adf
-async def _stream_one(client, url:str, payload:dict) -> dict:
-    "Send one streamed completion; its timings (perf_counter seconds) and token count."
-    r = dict(ok=False, start=time.perf_counter(), chunks=[], usage=None, error=None)
+async def _stream_one(client, url:str, payload:dict, hang_up_after:int|None=None) -> dict:
+    "One streamed completion: its timings (perf_counter seconds), chunks, usage; with `hang_up_after`, the client closes the connection after that many text chunks."
+    r = dict(ok=False, aborted=False, start=time.perf_counter(), chunks=[], usage=None, error=None)
     try:
         async with client.stream("POST", url, json=payload) as resp:
             if resp.status_code != 200:
@@ -383,12 +383,15 @@ async def _stream_one(client, url:str, payload:dict) -> dict:
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"): continue
                 data = line[5:].strip()
-                if data == "[DONE]": break
+                if data == "[DONE]": r["ok"] = True; break
                 chunk = json.loads(data)
+                if "error" in chunk: r["error"] = f"error event: {chunk['error'].get('message')}"; break
                 if chunk.get("usage"): r["usage"] = chunk["usage"]
                 if any(c.get("text") for c in chunk.get("choices") or []): r["chunks"].append(time.perf_counter())
-        r["end"], r["ok"] = time.perf_counter(), bool(r["chunks"])
-        if not r["chunks"]: r["error"] = "no text in the stream"
+                if hang_up_after is not None and len(r["chunks"]) >= hang_up_after:
+                    r["aborted"] = True; return r   # leaving the `async with` closes the connection
+        r["end"] = time.perf_counter()
+        if not r["ok"] and not r["error"]: r["error"] = "the stream ended without [DONE]"
     except Exception as e: r["error"] = f"{type(e).__name__}: {e}"
     return r
 
@@ -430,9 +433,9 @@ async def run_serve_bench(base_url:str, prompts:list[str], max_tokens:list[int],
         res = await asyncio.gather(*tasks)
         dur = time.perf_counter() - t0
     bar.close()
-    ok = [r for r in res if r["ok"]]
+    ok = [r for r in res if r["ok"] and r["chunks"]]  # completed, with text
     ntok = [(r["usage"] or {}).get("completion_tokens") or len(r["chunks"]) for r in ok]
-    nin = sum((r["usage"] or {}).get("prompt_tokens") or (prompt_lens[i] if prompt_lens else 0) for i, r in enumerate(res) if r["ok"])
+    nin = sum((r["usage"] or {}).get("prompt_tokens") or (prompt_lens[i] if prompt_lens else 0) for i, r in enumerate(res) if r["ok"] and r["chunks"])
     ttft = [r["chunks"][0] - r["start"] for r in ok]
     tpot = [(r["end"] - r["chunks"][0]) / (n - 1) for r, n in zip(ok, ntok) if n > 1]
     itl = [b - a for r in ok for a, b in zip(r["chunks"], r["chunks"][1:])]
@@ -443,29 +446,6 @@ async def run_serve_bench(base_url:str, prompts:list[str], max_tokens:list[int],
             | dict(errors=sorted({r["error"] for r in res if r["error"]})[:5]))
 
 # %% ../nbs/30_benchmarks.ipynb #57138912
-async def _stream_some(client, url:str, payload:dict, hang_up_after:int|None=None) -> dict:
-    "One streamed completion; with `hang_up_after`, the client closes the connection after that many text chunks."
-    r = dict(ok=False, aborted=False, start=time.perf_counter(), chunks=[], usage=None, error=None)
-    try:
-        async with client.stream("POST", url, json=payload) as resp:
-            if resp.status_code != 200:
-                r["error"] = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
-                return r
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"): continue
-                data = line[5:].strip()
-                if data == "[DONE]": r["ok"] = True; break
-                chunk = json.loads(data)
-                if "error" in chunk: r["error"] = f"error event: {chunk['error'].get('message')}"; break
-                if chunk.get("usage"): r["usage"] = chunk["usage"]
-                if any(c.get("text") for c in chunk.get("choices") or []): r["chunks"].append(time.perf_counter())
-                if hang_up_after is not None and len(r["chunks"]) >= hang_up_after:
-                    r["aborted"] = True; return r   # leaving the `async with` closes the connection
-        r["end"] = time.perf_counter()
-        if not r["ok"] and not r["error"]: r["error"] = "the stream ended without [DONE]"
-    except Exception as e: r["error"] = f"{type(e).__name__}: {e}"
-    return r
-
 def process_rss_mb(pid:int|None) -> float|None:
     "Resident memory (MiB) of process `pid`, from /proc (None if unknown)."
     if pid is None: return None
@@ -504,9 +484,9 @@ async def run_load(base_url:str, prompts:list[str], max_tokens:list[int], model:
         async def one(i):
             payload = dict(model=model, prompt=prompts[i % len(prompts)], max_tokens=max_tokens[i % len(max_tokens)], temperature=0.6,
                            seed=seed + i, stream=True, ignore_eos=True, stream_options=dict(include_usage=True))
-            if sem is None: r = await _stream_some(client, url, payload, hang[i])
+            if sem is None: r = await _stream_one(client, url, payload, hang[i])
             else:
-                async with sem: r = await _stream_some(client, url, payload, hang[i])
+                async with sem: r = await _stream_one(client, url, payload, hang[i])
             bar.update(1)
             return r
         t0, tasks = time.perf_counter(), []

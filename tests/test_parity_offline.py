@@ -139,7 +139,7 @@ def test_beam_search_matches_transformers():
     from transformers import AutoModelForCausalLM
     from litevllm.config import default_model_path
     from litevllm.sampling_params import BeamSearchParams
-    llm = LLM(max_model_len=256, kv_cache_memory_bytes=32 * 2**20)
+    llm = LLM(max_model_len=256, kv_cache_memory_bytes=32 * 2**20, dtype="float32")  # compared with transformers in float32
     prompt, W, T = "The capital of France is", 3, 5
     out = llm.beam_search([prompt], BeamSearchParams(beam_width=W, max_tokens=T))[0].sequences
     ids = llm.get_tokenizer()(prompt).input_ids

@@ -16,7 +16,7 @@ PROMPT = "The capital of France is"
 
 @pytest.fixture(scope="module")
 def app():
-    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(max_model_len=MAX_LEN))
+    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(max_model_len=MAX_LEN, dtype="float32"))
     yield build_app(engine)
     engine.shutdown()
 
