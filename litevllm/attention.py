@@ -13,12 +13,12 @@ import torch.nn.functional as F
 # %% auto #0
 __all__ = ['kv_cache_dtype', 'kv_cache_bytes_per_block', 'profile_peak_memory', 'determine_num_blocks', 'allocate_kv_caches',
            'AttentionMetadata', 'build_attention_metadata', 'plot_slots', 'TorchAttentionBackend',
-           'CPUAttentionBackend', 'TritonAttentionBackend', 'get_attention_backend']
+           'SDPAAttentionBackend', 'CPUAttentionBackend', 'TritonAttentionBackend', 'get_attention_backend']
 
 # %% ../nbs/07_attention.ipynb #2d696ff2
 def kv_cache_dtype(vllm_config) -> torch.dtype:
-    "The dtype of the KV cache: float32 for the `cpu` backend, else the model's."
-    return torch.float32 if vllm_config.attention_backend == "cpu" else vllm_config.dtype
+    "The dtype of the KV cache: float32 for the `sdpa` backend, else the model's."
+    return torch.float32 if vllm_config.attention_backend == "sdpa" else vllm_config.dtype
 
 # %% ../nbs/07_attention.ipynb #53a13caa
 def kv_cache_bytes_per_block(hf_config, block_size:int, dtype:torch.dtype) -> int:
@@ -71,11 +71,16 @@ def determine_num_blocks(vllm_config, model=None) -> int:
                                "or lower max_num_batched_tokens")
     return int(n)
 
-def allocate_kv_caches(hf_config, num_blocks:int, block_size:int, dtype, device) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    "One (k_cache, v_cache) pair per layer, each [num_blocks, block_size, num_kv_heads, head_dim]."
+def allocate_kv_caches(hf_config, num_blocks:int, block_size:int, dtype, device,
+                       backend:str="torch") -> list[tuple[torch.Tensor, torch.Tensor]]:
+    "One (k_cache, v_cache) pair per layer: [num_blocks, block_size, num_kv_heads, head_dim], or the `cpu` kernel's layout."
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
     shape = (num_blocks, block_size, hf_config.num_key_value_heads, head_dim)
-    return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+    k_shape = v_shape = shape
+    if backend == "cpu":  # K transposed per block and kv head (kernels_nbs/02_cpu_attention)
+        from litevllm.kernels.cpu_attention import cpu_kv_cache_shapes
+        k_shape, v_shape = cpu_kv_cache_shapes(*shape)
+    return [(torch.zeros(k_shape, dtype=dtype, device=device), torch.zeros(v_shape, dtype=dtype, device=device))
             for _ in range(hf_config.num_hidden_layers)]
 
 # %% ../nbs/07_attention.ipynb #cffd5782
@@ -173,9 +178,9 @@ class TorchAttentionBackend:
         return out
 
 # %% ../nbs/07_attention.ipynb #88b21b6b
-class CPUAttentionBackend(TorchAttentionBackend):
-    "Fast paged attention on CPU: a float32 cache; decode requests in groups of similar context length, one SDPA call per group."
-    name = "cpu"
+class SDPAAttentionBackend(TorchAttentionBackend):
+    "Paged attention on CPU with torch only: a float32 cache; decode requests in groups of similar context length, one SDPA call per group."
+    name = "sdpa"
     def __init__(self, kv_caches, block_size:int, scale:float,
                  group_size:int=8):  # decode requests per group: fewer means less padding, more calls
         super().__init__(kv_caches, block_size, scale)
@@ -216,6 +221,19 @@ class CPUAttentionBackend(TorchAttentionBackend):
         for p in self.plans: out[p[0]:p[0] + p[1]] = self.attend(q, k_cache, v_cache, p)
         return out
 
+# %% ../nbs/07_attention.ipynb #c7a0be01
+class CPUAttentionBackend(TorchAttentionBackend):
+    "Paged attention on CPU with the C++ kernel of `litevllm.kernels.cpu_attention` (its own cache layout)."
+    name = "cpu"
+    def prepare(self, md:AttentionMetadata): self.md = md
+    def __call__(self, layer_idx:int, q, k, v):
+        from litevllm.kernels.cpu_attention import store_kv_cache, cpu_paged_attention
+        k_cache, v_cache = self.kv_caches[layer_idx]
+        md = self.md
+        store_kv_cache(k, v, k_cache, v_cache, md.slot_mapping)
+        return cpu_paged_attention(q.contiguous(), k_cache, v_cache, md.block_tables, md.seq_lens, md.query_start_loc,
+                                   md.max_query_len, self.scale)
+
 # %% ../nbs/07_attention.ipynb #6f41ff63
 class TritonAttentionBackend(TorchAttentionBackend):
     "Paged attention with the Triton kernels of `litevllm.kernels`."
@@ -230,8 +248,9 @@ class TritonAttentionBackend(TorchAttentionBackend):
         return paged_attention(q, k_cache, v_cache, md.block_tables, md.seq_lens, md.query_start_loc, md.max_query_len, self.scale)
 
 def get_attention_backend(name:str, kv_caches, block_size:int, scale:float):
-    "The backend called `name` (cpu, torch or triton)."
+    "The backend called `name` (cpu, sdpa, torch or triton)."
     if name == "cpu": return CPUAttentionBackend(kv_caches, block_size, scale)
+    if name == "sdpa": return SDPAAttentionBackend(kv_caches, block_size, scale)
     if name == "torch": return TorchAttentionBackend(kv_caches, block_size, scale)
     if name == "triton": return TritonAttentionBackend(kv_caches, block_size, scale)
-    raise ValueError(f"attention_backend must be cpu, torch or triton, got {name!r}")
+    raise ValueError(f"attention_backend must be cpu, sdpa, torch or triton, got {name!r}")

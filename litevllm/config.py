@@ -17,7 +17,8 @@ logger = logging.getLogger("litevllm")
 
 # %% auto #0
 __all__ = ['logger', 'DEFAULT_MODEL_NAME', 'EngineArgs', 'cache_dir', 'default_gguf_path', 'convert_gguf_to_hf',
-           'default_model_path', 'resolve_model', 'platform_dtypes', 'resolve_dtype', 'VllmConfig']
+           'default_model_path', 'resolve_model', 'platform_dtypes', 'resolve_dtype', 'VllmConfig',
+           'cpu_attention_unsupported', 'resolve_attention_backend']
 
 # %% ../nbs/00_config.ipynb #bb528d3b
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,7 +46,7 @@ class EngineArgs:
     tensor_parallel_size: int = 1          # only 1 is supported
     max_logprobs: int = 20                 # the largest `logprobs` / `prompt_logprobs` a request may ask for
     device: str = "auto"                   # auto | cpu | cuda
-    attention_backend: str = "auto"        # auto (triton on CUDA, cpu on CPU) | cpu | torch (the reference) | triton
+    attention_backend: str = "auto"        # auto (triton on CUDA; cpu on CPU, sdpa where it cannot run) | cpu | sdpa | torch (the reference) | triton
     disable_log_stats: bool = True         # False: log a stats line every `log_stats_interval` seconds
     log_stats_interval: float = 5.0
     enforce_eager: bool = False            # True: no CUDA graphs (decode steps run eagerly, kernel by kernel)
@@ -67,7 +68,7 @@ class EngineArgs:
         check(self.tensor_parallel_size == 1, "tensor_parallel_size", "must be 1 (litevllm runs on one device)")
         check(self.max_logprobs >= 0, "max_logprobs", "must be >= 0")
         check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device", "must be auto, cpu or cuda")
-        check(self.attention_backend in ("auto", "cpu", "torch", "triton"), "attention_backend", "must be auto, cpu, torch or triton")
+        check(self.attention_backend in ("auto", "cpu", "sdpa", "torch", "triton"), "attention_backend", "must be auto, cpu, sdpa, torch or triton")
         check(self.cudagraph_capture_sizes is None or (len(self.cudagraph_capture_sizes) > 0 and all(isinstance(s, int) and s >= 1 for s in self.cudagraph_capture_sizes)),
               "cudagraph_capture_sizes", "must be a non-empty list of positive batch sizes")
 
@@ -193,9 +194,30 @@ def create_engine_config(self:EngineArgs) -> VllmConfig:
     else: budget = 8192 if self.enable_chunked_prefill else max(max_model_len, 2048)
     if not self.enable_chunked_prefill and budget < max_model_len:
         raise ValueError(f"max_num_batched_tokens ({budget}) must be >= max_model_len ({max_model_len}) when chunked prefill is disabled")
-    backend = self.attention_backend
-    if backend == "auto": backend = "triton" if device.type == "cuda" else "cpu"
+    backend = resolve_attention_backend(self.attention_backend, device, dtype, hf_config, self.block_size)
     if backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError("attention_backend 'triton' needs CUDA (or TRITON_INTERPRET=1 to run the kernels interpreted on CPU)")
     logger.info("dtype %s (asked: %s), device %s, attention backend %s", str(dtype).removeprefix("torch."), self.dtype, device, backend)
     return VllmConfig(self, path, hf_config, device, dtype, max_model_len, budget, backend)
+
+# %% ../nbs/00_config.ipynb #b1c0a7e2
+def cpu_attention_unsupported(dtype:torch.dtype, hf_config, block_size:int) -> str|None:
+    "Why the C++ CPU attention kernel cannot run this model here (None: it can)."
+    from litevllm.kernels.cpu_attention import CPU_ATTENTION_BLOCK_SIZE, CPU_ATTENTION_HEAD_DIMS, load_cpu_attention
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    if block_size != CPU_ATTENTION_BLOCK_SIZE: return f"block_size is {block_size}, the kernel's is {CPU_ATTENTION_BLOCK_SIZE}"
+    if head_dim not in CPU_ATTENTION_HEAD_DIMS: return f"head_dim is {head_dim}, the kernel has {CPU_ATTENTION_HEAD_DIMS}"
+    if dtype not in (torch.float32, torch.bfloat16): return f"dtype is {str(dtype).removeprefix('torch.')}, the kernel runs float32 and bfloat16"
+    if load_cpu_attention() is None: return "the kernel could not be built (no C++ compiler?)"
+    return None
+
+def resolve_attention_backend(name:str, device:torch.device, dtype:torch.dtype, hf_config, block_size:int) -> str:
+    "The backend `name` resolves to on this device for this model (`auto`: the fastest that can run)."
+    if name == "auto" and device.type == "cuda": return "triton"
+    if name in ("auto", "cpu"):
+        why = cpu_attention_unsupported(dtype, hf_config, block_size)
+        if why is None: return "cpu"
+        if name == "cpu": raise ValueError(f"attention_backend 'cpu' cannot run here: {why}")
+        logger.info("attention backend sdpa: the cpu kernel cannot run here (%s)", why)
+        return "sdpa"
+    return name

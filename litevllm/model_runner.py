@@ -55,7 +55,8 @@ class ModelRunner:
         self.model = get_model(c)
         self.vocab_size = c.hf_config.vocab_size
         self.num_blocks = determine_num_blocks(c, self.model)  # on CUDA: from a profiling run of the model
-        self.kv_caches = allocate_kv_caches(c.hf_config, self.num_blocks, c.block_size, kv_cache_dtype(c), c.device)
+        self.kv_caches = allocate_kv_caches(c.hf_config, self.num_blocks, c.block_size, kv_cache_dtype(c), c.device,
+                                            c.attention_backend)
         head_dim = self.model.layers[0].self_attn.head_dim
         self.attn = get_attention_backend(c.attention_backend, self.kv_caches, c.block_size, head_dim ** -0.5)
         self.sampler = Sampler(torch.Generator(device=c.device).manual_seed(c.seed))

@@ -50,7 +50,8 @@ def run(llm, prompts, max_new=MAX_NEW):
     dict(num_gpu_blocks_override=24, max_model_len=256, block_size=16),  # small pool: requests wait, get preempted
     dict(enable_prefix_caching=False, max_num_seqs=3),
     dict(attention_backend="torch"),                                     # the reference attention backend
-], ids=["default", "chunked", "small-pool", "no-prefix-cache", "torch-backend"])
+    dict(attention_backend="sdpa"),                                      # torch-only CPU backend (no C++ kernel)
+], ids=["default", "chunked", "small-pool", "no-prefix-cache", "torch-backend", "sdpa-backend"])
 def test_greedy_matches_transformers(references, kwargs):
     prompts, refs = references
     llm = LLM(**({"max_model_len": 1024, "dtype": "float32"} | kwargs))
