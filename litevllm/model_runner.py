@@ -16,8 +16,8 @@ from .sampler import Sampler, make_sampling_metadata, gather_logprobs, LogprobsT
 from .scheduler import SchedulerOutput
 
 # %% auto #0
-__all__ = ['EMPTY_MODEL_RUNNER_OUTPUT', 'CachedRequestState', 'ModelRunnerOutput', 'ModelRunner', 'InputBatch',
-           'default_capture_sizes', 'padded_batch_size']
+__all__ = ['EMPTY_MODEL_RUNNER_OUTPUT', 'CachedRequestState', 'ModelRunnerOutput', 'ModelRunner', 'keep_freed_memory',
+           'InputBatch', 'default_capture_sizes', 'padded_batch_size']
 
 # %% ../nbs/09_model_runner.ipynb #1560f5e7
 @dataclass
@@ -52,6 +52,7 @@ class ModelRunner:
     def __init__(self, vllm_config:VllmConfig):
         c = self.config = vllm_config
         self.device, self.block_size = c.device, c.block_size
+        if c.device.type == "cpu": keep_freed_memory()  # no page faults on every large activation (below)
         self.model = get_model(c)
         self.vocab_size = c.hf_config.vocab_size
         self.num_blocks = determine_num_blocks(c, self.model)  # on CUDA: from a profiling run of the model
@@ -63,6 +64,17 @@ class ModelRunner:
         self.requests: dict[str, CachedRequestState] = {}
         self.timings: dict[str, float] = {}   # seconds of the last step: prepare, forward, sample
         self.capture_model()                  # CUDA graphs of the decode step (CUDA, Triton backend, not enforce_eager)
+
+# %% ../nbs/09_model_runner.ipynb #d4e1a901
+def keep_freed_memory(threshold:int=1 << 30) -> bool:
+    "Ask glibc's malloc to serve blocks up to `threshold` bytes from its heap and keep freed memory; False without glibc."
+    import ctypes, ctypes.util
+    try: libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError: return False
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is None: return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+    return bool(mallopt(M_MMAP_THRESHOLD, threshold)) and bool(mallopt(M_TRIM_THRESHOLD, threshold))
 
 # %% ../nbs/09_model_runner.ipynb #313032eb
 from fastcore.basics import patch

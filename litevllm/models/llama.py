@@ -236,6 +236,9 @@ def get_model(vllm_config) -> LlamaForCausalLM:
     load_weights(model, vllm_config.model_path)
     model = model.to(device=vllm_config.device, dtype=vllm_config.dtype).eval()
     prepack_linears(model)  # CPU: oneDNN's blocked weights (a no-op on CUDA, or where oneDNN is missing)
+    if vllm_config.attention_backend == "cpu":  # the C++ kernels: RMSNorm, rotary, SwiGLU too (kernels_nbs/03_cpu_layer_ops)
+        from litevllm.kernels.cpu_ops import use_cpu_ops
+        use_cpu_ops(model)
     return model
 
 # %% ../../nbs/06_models.ipynb #b81fbf0b
