@@ -231,7 +231,7 @@ class CPUAttentionBackend(TorchAttentionBackend):
         k_cache, v_cache = self.kv_caches[layer_idx]
         md = self.md
         store_kv_cache(k, v, k_cache, v_cache, md.slot_mapping)
-        return cpu_paged_attention(q.contiguous(), k_cache, v_cache, md.block_tables, md.seq_lens, md.query_start_loc,
+        return cpu_paged_attention(q, k_cache, v_cache, md.block_tables, md.seq_lens, md.query_start_loc,
                                    md.max_query_len, self.scale)
 
 # %% ../nbs/07_attention.ipynb #6f41ff63
