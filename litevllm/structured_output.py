@@ -169,8 +169,8 @@ class StructuredOutputManager:
     "Compiles each structured request's grammar off the engine loop and fills the per-step token bitmask (vLLM V1's)."
     def __init__(self, vllm_config=None, tokenizer=None, vocab_size:int|None=None, max_num_seqs:int|None=None):
         self.vllm_config, self._tokenizer = vllm_config, tokenizer
-        self.vocab_size = vocab_size if vocab_size is not None else vllm_config.hf_config.vocab_size
-        self.max_num_seqs = max_num_seqs or (vllm_config.max_num_seqs if vllm_config is not None else 256)
+        self.vocab_size = vocab_size     # None: the model's, read when the backend is built
+        self.max_num_seqs = max_num_seqs or getattr(vllm_config, "max_num_seqs", 256)
         self.backend: XgrammarBackend|None = None
         self._backend_lock = threading.Lock()
         self.executor = ThreadPoolExecutor(max_workers=max(1, ((os.cpu_count() or 1) + 1) // 2), thread_name_prefix="litevllm-grammar")
@@ -181,6 +181,7 @@ class StructuredOutputManager:
             if self.backend is None:
                 tok = self._tokenizer
                 if tok is None: c = self.vllm_config; tok = get_tokenizer(c.tokenizer or c.model_path)
+                if self.vocab_size is None: self.vocab_size = self.vllm_config.hf_config.vocab_size
                 self.backend = XgrammarBackend(tok, self.vocab_size)
         return self.backend
 
