@@ -46,14 +46,16 @@ class EngineCore:
         so = self.scheduler.schedule()
         t1 = time.perf_counter()
         grammar_output = self.scheduler.get_grammar_bitmask(so)  # the structured requests' bitmask rows (None if there are none)
-        t_grammar = time.perf_counter() - t1
+        t_grammar = time.perf_counter() - t1 if grammar_output is not None else 0.0
         try: out = self.model_runner.execute_model(so, grammar_output)
         except Exception as e:
             if not self.isolate_failures: raise
             return self.fail_step(so, e)
         t2 = time.perf_counter()
         outputs = self.scheduler.update_from_output(so, out)
-        if self.record_step_timings:
+        if not so.total_num_scheduled_tokens and self.scheduler.waiting:
+            time.sleep(0.001)  # nothing ran (grammars still compiling): leave the CPU to the compile threads, don't spin
+        elif self.record_step_timings:
             rt = self.model_runner.timings
             self.step_timings.append(dict(schedule=t1 - t0, prepare=rt.get("prepare", 0.0), forward=rt.get("forward", 0.0),
                                           sample=rt.get("sample", 0.0), update=time.perf_counter() - t2,

@@ -127,10 +127,12 @@ def _prompt_logprobs(self:ModelRunner, hidden, plans:list[tuple]) -> dict:
 @patch
 def _sample(self:ModelRunner, logits, sample_ids:list[str], grammar_output:GrammarOutput|None=None) -> tuple[list[int], LogprobsTensors|None]:
     "Sample one token per row of `logits` (the requests `sample_ids`) and append it to their state."
+    self._mask_seconds = 0.0
     if not sample_ids: return [], None
-    t0 = time.perf_counter()
-    if grammar_output is not None: apply_grammar_bitmask(logits, grammar_output, sample_ids)  # first, before any other processing
-    self._mask_seconds = time.perf_counter() - t0
+    if grammar_output is not None:  # first, before any other processing (in float32, as the sampler works: xgrammar's CPU kernel wants it)
+        t0 = time.perf_counter()
+        logits = apply_grammar_bitmask(logits.float(), grammar_output, sample_ids)
+        self._mask_seconds = time.perf_counter() - t0
     states = [self.requests[r] for r in sample_ids]
     smd = make_sampling_metadata([s.sampling_params for s in states], [s.prompt_token_ids for s in states],
                                  [s.output_token_ids for s in states],
