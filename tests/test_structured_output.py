@@ -143,16 +143,25 @@ def test_bad_grammar_fails_only_its_own_request(llm, monkeypatch):
 
 
 def test_preemption_keeps_the_matcher_consistent():
+    "A pool too small for six JSON requests: some are preempted and recomputed; every matcher stays at num_output_tokens."
     llm = LLM(model=None, dtype="float32", max_model_len=128, block_size=16, num_gpu_blocks_override=12, max_num_seqs=6)
-    prompts = [chat(llm, f"Person number {i} as JSON.") for i in range(6)]
+    eng, sched = llm.llm_engine, llm.llm_engine.engine_core.scheduler
     sp = SamplingParams(temperature=1.0, seed=11, max_tokens=70, structured_outputs=SO(json=SCHEMAS["flat"]))
-    outs = llm.generate(prompts, sp, use_tqdm=False)
-    assert llm.llm_engine.engine_core.scheduler.num_preemptions > 0
-    for o in outs:
-        c = o.outputs[0]
+    for i in range(6): eng.add_request(str(i), chat(llm, f"Person number {i} as JSON."), sp)
+    done, checked = {}, 0
+    while eng.has_unfinished_requests():
+        for o in eng.step():
+            if o.finished: done[o.request_id] = o.outputs[0]
+        for r in sched.requests.values():
+            g = r.structured_output_request.grammar
+            if g is not None and not isinstance(g, Exception):
+                assert g.num_processed_tokens == r.num_output_tokens, (r, g.num_processed_tokens)
+                checked += r.num_preemptions > 0
+    assert sched.num_preemptions > 0 and checked > 0  # preempted requests were seen, with their matcher in step
+    for c in done.values():
         if c.finish_reason == "stop": check_json(c.text, SCHEMAS["flat"])
         else: assert c.finish_reason == "length"
-    assert sum(o.outputs[0].finish_reason == "stop" for o in outs) >= 4
+    assert sum(c.finish_reason == "stop" for c in done.values()) >= 4
 
 
 def test_server_response_format():
