@@ -33,14 +33,14 @@ from .structured_output import validate_structured_output
 __all__ = ['logger', 'SSE_DONE', 'APIError', 'error_response', 'validation_message', 'sanitize_message', 'vllm_validation_error',
            'http_error_body', 'OpenAIBaseModel', 'StreamOptions', 'SamplingFields', 'CompletionRequest',
            'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest', 'JsonSchemaResponseFormat',
-           'ResponseFormat', 'structured_outputs_from_request', 'bad_request', 'to_sampling_params', 'check_length',
-           'ServerLimits', 'add_limit_args', 'num_prompts', 'check_limits', 'completion_logprobs', 'chat_logprobs',
-           'ServerState', 'default_served_names', 'APIKeyMiddleware', 'ServerGuard', 'ClientDisconnected',
-           'run_until_disconnect', 'merge_async_iterators', 'sse', 'usage', 'prompt_logprobs_json',
-           'vllm_choice_extras', 'chat_message', 'check_prompt_logprobs', 'echo_choice', 'check_tool_choice',
-           'prepare_completion', 'completion_full', 'completion_stream', 'prepare_chat', 'chat_full', 'chat_stream',
-           'check_chat_template', 'echo_text', 'build_app', 'threading_main', 'cmd_serve', 'add_cli',
-           'ServerShuttingDown']
+           'ResponseFormat', 'structured_outputs_from_request', 'raise_on_engine_error', 'bad_request',
+           'to_sampling_params', 'check_length', 'ServerLimits', 'add_limit_args', 'num_prompts', 'check_limits',
+           'completion_logprobs', 'chat_logprobs', 'ServerState', 'default_served_names', 'APIKeyMiddleware',
+           'ServerGuard', 'ClientDisconnected', 'run_until_disconnect', 'merge_async_iterators', 'sse', 'usage',
+           'prompt_logprobs_json', 'vllm_choice_extras', 'chat_message', 'check_prompt_logprobs', 'echo_choice',
+           'check_tool_choice', 'prepare_completion', 'completion_full', 'completion_stream', 'prepare_chat',
+           'chat_full', 'chat_stream', 'check_chat_template', 'echo_text', 'build_app', 'threading_main', 'cmd_serve',
+           'add_cli', 'ServerShuttingDown']
 
 # %% ../nbs/16_server.ipynb #f462d722
 logger = logging.getLogger("litevllm.server")
@@ -230,6 +230,11 @@ def structured_outputs_from_request(req:SamplingFields) -> StructuredOutputsPara
     except TypeError as e: raise APIError(f"structured_outputs: {e}".replace("StructuredOutputsParams.__init__()", "unknown field:"), param=field) from None
     except ValueError as e: raise APIError(str(e), param=field) from None
     return params
+
+def raise_on_engine_error(out):
+    "A 500 (vLLM's rule for finish reason `error`) if a choice failed in the engine, e.g. its grammar did not compile."
+    if any(c.finish_reason == "error" for c in out.outputs):
+        raise EngineGenerateError(f"request {out.request_id} failed in the engine (see the server log)")
 
 # %% ../nbs/16_server.ipynb #229c7374
 _FIELDS = set(CompletionRequest.model_fields) | set(ChatCompletionRequest.model_fields)
@@ -563,6 +568,7 @@ async def completion_full(st:ServerState, req:CompletionRequest, prepared, rid:s
     async def one(i, prompt, params):
         final = None
         async for out in st.engine.generate(prompt, params, f"{rid}-{i}", priority=req.priority): final = out
+        raise_on_engine_error(final)
         return final
     finals = await asyncio.gather(*[one(i, p, sp) for i, (p, sp, _) in enumerate(prepared)])
     choices, n_prompt, n_gen = [], 0, 0
@@ -652,6 +658,7 @@ def _chat_lps(st, req, c):
 async def chat_full(st:ServerState, req:ChatCompletionRequest, prompt, params, rid:str, model:str) -> dict:
     final = None
     async for out in st.engine.generate(prompt, params, rid, priority=req.priority): final = out
+    raise_on_engine_error(final)
     prefix = echo_text(req)
     choices = [dict(index=c.index, message=chat_message(prefix + c.text), logprobs=_chat_lps(st, req, c),
                     finish_reason=c.finish_reason, stop_reason=c.stop_reason, token_ids=c.token_ids if req.return_token_ids else None)

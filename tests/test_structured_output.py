@@ -5,7 +5,7 @@ import httpx, jsonschema, pytest
 from litevllm import LLM, SamplingParams
 from litevllm.sampling_params import StructuredOutputsParams as SO
 from litevllm.request import RequestStatus
-import litevllm.engine, litevllm.structured_output as so_mod
+import litevllm.engine, litevllm.server, litevllm.structured_output as so_mod
 
 SCHEMAS = {
     "flat": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 16},
@@ -164,7 +164,7 @@ def test_preemption_keeps_the_matcher_consistent():
     assert sum(c.finish_reason == "stop" for c in done.values()) >= 4
 
 
-def test_server_response_format():
+def test_server_response_format(monkeypatch):
     from litevllm.async_llm import AsyncLLM, AsyncEngineArgs
     from litevllm.server import build_app
     async def main():
@@ -195,6 +195,13 @@ def test_server_response_format():
                     err = r.json()["error"]
                     assert r.status_code == 400 and err["code"] == 400 and err["param"] == "response_format", r.json()
                     assert 'Unsupported type "nope"' in err["message"]
+                # a grammar that gets past validation but fails to compile in the engine: a 500, as vLLM's finish reason "error"
+                monkeypatch.setattr(litevllm.engine, "validate_structured_output", lambda p: None)
+                monkeypatch.setattr(litevllm.server, "validate_structured_output", lambda p: None)
+                r = await c.post("/v1/completions", json=dict(model=m, prompt="Hi", max_tokens=5, structured_outputs={"grammar": "root ::= nope"}))
+                assert r.status_code == 500 and "failed in the engine" in r.json()["error"]["message"], r.json()
+                r = await c.post("/v1/completions", json=dict(model=m, prompt="Code:", max_tokens=10, structured_outputs={"regex": "[A-Z]{3}"}))
+                assert r.status_code == 200 and re.fullmatch("[A-Z]{3}", r.json()["choices"][0]["text"])  # the engine is fine
         finally:
             engine.shutdown()
     asyncio.run(main())
