@@ -128,7 +128,7 @@ class Scheduler:
         self.waiting.add_request(request)
         self.requests[request.request_id] = request
 
-    def get_num_unfinished_requests(self) -> int: return len(self.waiting) + len(self.running)
+    def get_num_unfinished_requests(self) -> int: return len(self.waiting) + len(self.running) + len(self.grammar_compile_error_reqs)
     def has_unfinished_requests(self) -> bool: return self.get_num_unfinished_requests() > 0
 
 # %% ../nbs/05_scheduler.ipynb #71f1b896
