@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .cli import add_engine_args, engine_kwargs
-from .sampling_params import SamplingParams, RequestOutputKind
+from .sampling_params import SamplingParams, RequestOutputKind, StructuredOutputsParams
 
 # %% auto #0
 __all__ = ['WORKLOADS', 'VLLM_WORKER', 'STEP_PARTS', 'THROUGHPUT_COLS', 'SERVE_COLS', 'LOAD_COLS', 'Workload', 'make_workload',
@@ -37,6 +37,7 @@ class Workload:
     max_tokens: list[int]
     temperature: float = 0.6
     settings: dict = field(default_factory=dict)  # how it was drawn
+    structured_outputs: dict|None = None          # StructuredOutputsParams fields for every request (e.g. json_object=True)
 
     @property
     def num_requests(self) -> int: return len(self.max_tokens)
@@ -45,7 +46,8 @@ class Workload:
     @property
     def output_tokens(self) -> int: return sum(self.max_tokens)
     def sampling_params(self) -> list[SamplingParams]:
-        return [SamplingParams(temperature=self.temperature, max_tokens=m, ignore_eos=True) for m in self.max_tokens]
+        so = StructuredOutputsParams(**self.structured_outputs) if self.structured_outputs else None
+        return [SamplingParams(temperature=self.temperature, max_tokens=m, ignore_eos=True, structured_outputs=so) for m in self.max_tokens]
 
 def make_workload(name:str="cpu-small", **overrides) -> Workload:
     "Draw workload `name` (a key of WORKLOADS, or 'custom' on top of cpu-small) with some settings overridden."
@@ -240,6 +242,10 @@ def measure_ttft(llm, prompt:list[int], reps:int=5) -> float:
 # %% ../nbs/30_benchmarks.ipynb #8b32d3aa
 STEP_PARTS = ("schedule", "prepare", "forward", "sample", "update", "output")
 
+def _parts(ts, *extra) -> tuple:
+    "STEP_PARTS, plus `grammar` (the structured-output bitmask) and `extra` when any step had structured requests."
+    return STEP_PARTS + (("grammar", *extra) if any(t.get("grammar") for t in ts) else ())
+
 def _decode_steps(timings, num_reqs=None):
     return [t for t in timings if t["num_tokens"] == t["num_reqs"] and (num_reqs is None or t["num_reqs"] == num_reqs)]
 
@@ -247,11 +253,15 @@ def breakdown_table(timings:list[dict], decode_only:bool=False, num_reqs:int|Non
     "Total seconds, share and ms per step of each phase over `timings` (decode steps with `num_reqs` requests if asked)."
     ts = _decode_steps(timings, num_reqs) if decode_only or num_reqs else timings
     if not ts: return []
-    tot = {p: sum(t.get(p, 0.0) for t in ts) for p in STEP_PARTS}
+    parts = _parts(ts)
+    tot = {p: sum(t.get(p, 0.0) for t in ts) for p in parts}
     all_ = sum(tot.values())
-    rows = [dict(phase=p, seconds=tot[p], share=tot[p] / all_, ms_per_step=1e3 * tot[p] / len(ts)) for p in STEP_PARTS]
+    rows = [dict(phase=p, seconds=tot[p], share=tot[p] / all_, ms_per_step=1e3 * tot[p] / len(ts)) for p in parts]
     rows.append(dict(phase="overhead (all but forward)", seconds=all_ - tot["forward"], share=1 - tot["forward"] / all_,
                      ms_per_step=1e3 * (all_ - tot["forward"]) / len(ts)))
+    if "grammar" in parts:  # structured output: the bitmask's application, inside `sample`
+        m = sum(t.get("mask", 0.0) for t in ts)
+        rows.append(dict(phase="mask (part of sample)", seconds=m, share=m / all_, ms_per_step=1e3 * m / len(ts)))
     return rows
 
 def breakdown_by_batch(timings:list[dict]) -> list[dict]:
@@ -259,7 +269,7 @@ def breakdown_by_batch(timings:list[dict]) -> list[dict]:
     rows = []
     for n in sorted({t["num_reqs"] for t in _decode_steps(timings)}):
         ts = _decode_steps(timings, n)
-        rows.append(dict(num_reqs=n, steps=len(ts)) | {p: 1e3 * sum(t.get(p, 0.0) for t in ts) / len(ts) for p in STEP_PARTS})
+        rows.append(dict(num_reqs=n, steps=len(ts)) | {p: 1e3 * sum(t.get(p, 0.0) for t in ts) / len(ts) for p in _parts(ts, "mask")})
     return rows
 
 # %% ../nbs/30_benchmarks.ipynb #2014b061
@@ -284,6 +294,7 @@ def cmd_throughput(ns) -> int:
     from litevllm.config import EngineArgs
     from litevllm.llm import LLM
     wl = workload_from_args(ns)
+    if getattr(ns, "structured_output", "none") == "json_object": wl.structured_outputs = dict(json_object=True)
     kw = engine_kwargs(ns)
     cfg = EngineArgs(model=ns.model, **kw).create_engine_config()
     print(f"workload {wl.name}: {wl.num_requests} requests, {wl.input_tokens} prompt tokens, {wl.output_tokens} output tokens; "
@@ -592,6 +603,8 @@ def add_cli(subparsers):
     t.add_argument("--ttft-prompt-len", type=int, default=512, help="then time to first token of one prompt this long (0: skip)")
     t.add_argument("--hf-batch", type=int, nargs="+", default=[8], help="transformers' batch size(s)")
     t.add_argument("--breakdown", action="store_true", help="record and print the step-time breakdown")
+    t.add_argument("--structured-output", choices=["none", "json_object"], default="none",
+                   help="json_object: every request in JSON mode, to measure the grammar bitmask's cost per step (with --breakdown)")
     add_engine_args(t)
     t.set_defaults(func=cmd_throughput)
     l = sub.add_parser("latency", help="TTFT and TPOT, one request and a batch, at several prompt lengths")

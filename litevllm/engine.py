@@ -14,6 +14,7 @@ from .inputs import InputProcessor, EngineCoreRequest, get_tokenizer, PromptType
 from .request import Request, RequestStatus
 from .scheduler import Scheduler, EngineCoreOutput, SchedulerStats, SchedulerOutput
 from .model_runner import ModelRunner
+from .structured_output import validate_structured_output
 from .output_processor import OutputProcessor, ParentRequest, RequestOutput, OutputProcessorOutput
 
 logger = logging.getLogger("litevllm")
@@ -44,16 +45,21 @@ class EngineCore:
         t0 = time.perf_counter()
         so = self.scheduler.schedule()
         t1 = time.perf_counter()
-        try: out = self.model_runner.execute_model(so)
+        grammar_output = self.scheduler.get_grammar_bitmask(so)  # the structured requests' bitmask rows (None if there are none)
+        t_grammar = time.perf_counter() - t1 if grammar_output is not None else 0.0
+        try: out = self.model_runner.execute_model(so, grammar_output)
         except Exception as e:
             if not self.isolate_failures: raise
             return self.fail_step(so, e)
         t2 = time.perf_counter()
         outputs = self.scheduler.update_from_output(so, out)
-        if self.record_step_timings:
+        if not so.total_num_scheduled_tokens and self.scheduler.waiting:
+            time.sleep(0.001)  # nothing ran (grammars still compiling): leave the CPU to the compile threads, don't spin
+        elif self.record_step_timings:
             rt = self.model_runner.timings
             self.step_timings.append(dict(schedule=t1 - t0, prepare=rt.get("prepare", 0.0), forward=rt.get("forward", 0.0),
                                           sample=rt.get("sample", 0.0), update=time.perf_counter() - t2,
+                                          grammar=t_grammar, mask=rt.get("mask", 0.0),
                                           num_tokens=so.total_num_scheduled_tokens, num_reqs=len(so.num_scheduled_tokens)))
         return outputs
 
@@ -91,6 +97,7 @@ def process_inputs(self:LLMEngine, request_id:str, prompt:PromptType, params:Sam
     "Tokenize and validate one request (nothing is added)."
     params = SamplingParams() if params is None else params
     params.update_from_tokenizer(self.tokenizer)  # bad_words -> the token sequences the sampler bans
+    if params.structured_outputs is not None: validate_structured_output(params.structured_outputs)  # a bad grammar: ValueError here
     if not isinstance(request_id, str): raise TypeError(f"request_id must be a string, got {type(request_id)}")  # vLLM's check
     if not request_id: raise VLLMValidationError("request_id must be a non-empty string", parameter="request_id", value=request_id)
     if request_id in self.output_processor.request_states or request_id in self.output_processor.parent_requests:

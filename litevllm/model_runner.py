@@ -14,6 +14,7 @@ from .models.llama import get_model
 from .attention import determine_num_blocks, kv_cache_dtype, allocate_kv_caches, build_attention_metadata, get_attention_backend, AttentionMetadata
 from .sampler import Sampler, make_sampling_metadata, gather_logprobs, LogprobsTensors
 from .scheduler import SchedulerOutput
+from .structured_output import GrammarOutput, apply_grammar_bitmask
 
 # %% auto #0
 __all__ = ['EMPTY_MODEL_RUNNER_OUTPUT', 'CachedRequestState', 'ModelRunnerOutput', 'ModelRunner', 'keep_freed_memory',
@@ -137,9 +138,14 @@ def _prompt_logprobs(self:ModelRunner, hidden, plans:list[tuple]) -> dict:
 
 # %% ../nbs/09_model_runner.ipynb #78907060
 @patch
-def _sample(self:ModelRunner, logits, sample_ids:list[str]) -> tuple[list[int], LogprobsTensors|None]:
+def _sample(self:ModelRunner, logits, sample_ids:list[str], grammar_output:GrammarOutput|None=None) -> tuple[list[int], LogprobsTensors|None]:
     "Sample one token per row of `logits` (the requests `sample_ids`) and append it to their state."
+    self._mask_seconds = 0.0
     if not sample_ids: return [], None
+    if grammar_output is not None:  # first, before any other processing (in float32, as the sampler works: xgrammar's CPU kernel wants it)
+        t0 = time.perf_counter()
+        logits = apply_grammar_bitmask(logits.float(), grammar_output, sample_ids)
+        self._mask_seconds = time.perf_counter() - t0
     states = [self.requests[r] for r in sample_ids]
     smd = make_sampling_metadata([s.sampling_params for s in states], [s.prompt_token_ids for s in states],
                                  [s.output_token_ids for s in states],
@@ -155,8 +161,8 @@ def _sample(self:ModelRunner, logits, sample_ids:list[str]) -> tuple[list[int], 
 # %% ../nbs/09_model_runner.ipynb #a116ee9b
 @patch
 @torch.inference_mode()
-def execute_model(self:ModelRunner, so:SchedulerOutput) -> ModelRunnerOutput:
-    "Run one step: update the batch state, build the flat batch, forward, sample."
+def execute_model(self:ModelRunner, so:SchedulerOutput, grammar_output:GrammarOutput|None=None) -> ModelRunnerOutput:
+    "Run one step: update the batch state, build the flat batch, forward, sample (structured rows masked by `grammar_output`)."
     t0 = time.perf_counter()
     self._update_states(so)
     if not so.total_num_scheduled_tokens: return EMPTY_MODEL_RUNNER_OUTPUT
@@ -168,11 +174,11 @@ def execute_model(self:ModelRunner, so:SchedulerOutput) -> ModelRunnerOutput:
     prompt_lps = self._prompt_logprobs(hidden, b.prompt_logprobs)
     if self.device.type == "cuda": torch.cuda.synchronize()
     t2 = time.perf_counter()
-    tokens, lps = self._sample(logits, b.sample_ids)
+    tokens, lps = self._sample(logits, b.sample_ids, grammar_output)
     for rid, n in so.num_scheduled_tokens.items(): self.requests[rid].num_computed_tokens += n
     for rid, *_, done in b.prompt_logprobs: self.requests[rid].num_prompt_logprobs_done = done
     t3 = time.perf_counter()
-    self.timings = dict(prepare=t1 - t0, forward=t2 - t1, sample=t3 - t2)
+    self.timings = dict(prepare=t1 - t0, forward=t2 - t1, sample=t3 - t2, mask=getattr(self, "_mask_seconds", 0.0))  # mask: within sample
     return ModelRunnerOutput(b.sample_ids, {r: i for i, r in enumerate(b.sample_ids)}, tokens, lps, prompt_lps)
 
 # %% ../nbs/09_model_runner.ipynb #6802cca3

@@ -7,6 +7,7 @@ Docs: https://litevllm.github.io/litevllm/request.html.md"""
 # %% ../nbs/03_request.ipynb #342572d4
 from __future__ import annotations
 import enum
+from fastcore.basics import patch
 from .sampling_params import SamplingParams
 from .inputs import EngineCoreRequest
 
@@ -26,13 +27,14 @@ class RequestStatus(enum.IntEnum):
     FINISHED_LENGTH_CAPPED = enum.auto()
     FINISHED_ABORTED = enum.auto()
     FINISHED_IGNORED = enum.auto()
+    FINISHED_ERROR = enum.auto()   # vLLM's: the request failed in the engine (its grammar did not compile)
 
     @staticmethod
     def is_finished(status:RequestStatus) -> bool: return status > RequestStatus.PREEMPTED
 
     @staticmethod
     def get_finished_reason(status:RequestStatus) -> str|None:
-        "The OpenAI finish reason of a finished status: stop, length, abort."
+        "The OpenAI finish reason of a finished status: stop, length, abort, error."
         return _FINISHED_REASON.get(status)
 
 class FinishReason(enum.IntEnum):
@@ -40,17 +42,19 @@ class FinishReason(enum.IntEnum):
     STOP = 0
     LENGTH = 1
     ABORT = 2
+    ERROR = 3
     def __str__(self): return self.name.lower()
 
 _FINISHED_REASON = {RequestStatus.FINISHED_STOPPED: FinishReason.STOP, RequestStatus.FINISHED_LENGTH_CAPPED: FinishReason.LENGTH,
-                    RequestStatus.FINISHED_ABORTED: FinishReason.ABORT, RequestStatus.FINISHED_IGNORED: FinishReason.LENGTH}
+                    RequestStatus.FINISHED_ABORTED: FinishReason.ABORT, RequestStatus.FINISHED_IGNORED: FinishReason.LENGTH,
+                    RequestStatus.FINISHED_ERROR: FinishReason.ERROR}
 
 # %% ../nbs/03_request.ipynb #bf055e8b
 _S = RequestStatus
-_FINISHED = {_S.FINISHED_STOPPED, _S.FINISHED_LENGTH_CAPPED, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED}
+_FINISHED = {_S.FINISHED_STOPPED, _S.FINISHED_LENGTH_CAPPED, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED, _S.FINISHED_ERROR}
 LEGAL_TRANSITIONS: dict[RequestStatus, set[RequestStatus]] = {
     _S.WAITING: {_S.RUNNING, _S.WAITING_FOR_FSM, _S.WAITING_FOR_REMOTE_KVS, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED},
-    _S.WAITING_FOR_FSM: {_S.WAITING, _S.FINISHED_ABORTED},
+    _S.WAITING_FOR_FSM: {_S.WAITING, _S.FINISHED_ABORTED, _S.FINISHED_ERROR},
     _S.WAITING_FOR_REMOTE_KVS: {_S.WAITING, _S.FINISHED_ABORTED},
     _S.RUNNING: {_S.PREEMPTED} | _FINISHED - {_S.FINISHED_IGNORED},
     _S.PREEMPTED: {_S.RUNNING, _S.FINISHED_ABORTED},
@@ -78,6 +82,11 @@ def state_diagram(transitions:dict=LEGAL_TRANSITIONS, labels:dict=_EDGE_LABELS) 
             lines.append(f"    {a.name} --> {b.name}" + (f": {lab}" if lab else ""))
     lines += [f"    {s.name} --> [*]" for s in RequestStatus if RequestStatus.is_finished(s)]
     return Mermaid("\n".join(lines))
+
+# %% ../nbs/03_request.ipynb #27711e01
+_EDGE_LABELS.update({(_S.WAITING, _S.WAITING_FOR_FSM): "structured output: grammar compiling",
+                     (_S.WAITING_FOR_FSM, _S.FINISHED_ERROR): "grammar failed to compile",
+                     (_S.RUNNING, _S.FINISHED_ERROR): "grammar refused a token"})
 
 # %% ../nbs/03_request.ipynb #69c8153c
 class Request:
@@ -128,3 +137,9 @@ class Request:
     def __repr__(self):
         return (f"Request({self.request_id!r}, {self._status.name}, tokens={self.num_tokens} "
                 f"(prompt {self.num_prompt_tokens}), computed={self.num_computed_tokens})")
+
+# %% ../nbs/03_request.ipynb #32420fc5
+Request.structured_output_request = None  # the StructuredOutputRequest (grammar future, then matcher); set by the scheduler
+
+@patch(as_prop=True)
+def use_structured_output(self:Request) -> bool: return self.sampling_params.structured_outputs is not None

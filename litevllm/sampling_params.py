@@ -12,7 +12,7 @@ from fastcore.basics import patch
 from .exceptions import VLLMValidationError
 
 # %% auto #0
-__all__ = ['logger', 'RequestOutputKind', 'SamplingParams', 'BeamSearchParams']
+__all__ = ['logger', 'RequestOutputKind', 'StructuredOutputsParams', 'SamplingParams', 'BeamSearchParams']
 
 # %% ../nbs/01_sampling_params.ipynb #5699235d
 class RequestOutputKind(enum.Enum):
@@ -20,6 +20,39 @@ class RequestOutputKind(enum.Enum):
     CUMULATIVE = 0  # everything generated so far
     DELTA = 1       # only the new tokens and text since the last output
     FINAL_ONLY = 2  # a single output, when the request finishes
+
+# %% ../nbs/01_sampling_params.ipynb #d0418824
+@dataclass
+class StructuredOutputsParams:
+    "One structured-output constraint of a request (vLLM's names): exactly one of json, regex, choice, grammar, json_object."
+    json: str|dict|None = None                 # a JSON schema (a dict, or its JSON text)
+    regex: str|None = None                     # a regular expression the whole output matches
+    choice: list[str]|None = None              # the output is exactly one of these strings
+    grammar: str|None = None                   # an EBNF grammar (GBNF style: `root ::= ...`)
+    json_object: bool|None = None              # any JSON object (OpenAI's `response_format={"type": "json_object"}`)
+    disable_any_whitespace: bool = False       # JSON without optional whitespace (compact)
+    disable_additional_properties: bool = False  # JSON objects take only the properties the schema lists
+
+    _KINDS = ("json", "regex", "choice", "grammar", "json_object")
+
+    def __post_init__(self):
+        set_ = [k for k in self._KINDS if getattr(self, k) is not None]
+        bad = lambda msg: VLLMValidationError(f"structured_outputs: {msg}", parameter="structured_outputs", value=self)
+        if len(set_) != 1:
+            raise bad(f"give exactly one kind of constraint ({', '.join(self._KINDS)}), got {len(set_)}: {set_}")
+        if self.json is not None and not isinstance(self.json, (str, dict)): raise bad(f"json must be a dict or a string, got {type(self.json).__name__}")
+        if isinstance(self.json, str) and not self.json.strip(): raise bad("json cannot be an empty string")
+        if self.regex is not None and (not isinstance(self.regex, str) or not self.regex): raise bad("regex must be a non-empty string")
+        if self.choice is not None and (not isinstance(self.choice, (list, tuple)) or not self.choice or not all(isinstance(c, str) for c in self.choice)):
+            raise bad(f"choice must be a non-empty list of strings, got {self.choice!r}")
+        if self.grammar is not None and (not isinstance(self.grammar, str) or not self.grammar.strip()): raise bad("grammar cannot be an empty string")
+        if self.json_object is not None and self.json_object is not True:
+            raise bad("json_object must be True if set; omit structured_outputs to disable structured outputs")
+
+    @property
+    def kind(self) -> str:
+        "Which constraint this is: json, regex, choice, grammar or json_object."
+        return next(k for k in self._KINDS if getattr(self, k) is not None)
 
 # %% ../nbs/01_sampling_params.ipynb #451fdf9a
 _SAMPLING_EPS = 1e-5
@@ -53,6 +86,7 @@ class SamplingParams:
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
     logit_bias: dict[int, float]|None = None    # token id -> value added to its logit
     allowed_token_ids: list[int]|None = None    # only these tokens may be generated
+    structured_outputs: StructuredOutputsParams|None = None  # the output follows this grammar (see `structured_output`)
     extra_args: dict|None = None
 
     def __post_init__(self):
@@ -99,6 +133,8 @@ class SamplingParams:
         check(self.allowed_token_ids is None or len(self.allowed_token_ids) > 0, "allowed_token_ids", "must not be empty")
         check(all(isinstance(w, str) and w for w in self.bad_words), "bad_words", "must be non-empty strings")
         check(isinstance(self.output_kind, RequestOutputKind), "output_kind", "must be a RequestOutputKind")
+        check(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputsParams), "structured_outputs",
+              "must be a StructuredOutputsParams")
 
     @property
     def sampling_type(self) -> str:

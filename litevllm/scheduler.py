@@ -13,6 +13,7 @@ from fastcore.basics import patch
 from .config import VllmConfig
 from .request import Request, RequestStatus, FinishReason
 from .kv_cache import KVCacheManager, PrefixCacheStats, plot_kv_cache
+from .structured_output import StructuredOutputManager, GrammarOutput
 
 # %% auto #0
 __all__ = ['FCFSRequestQueue', 'PriorityRequestQueue', 'create_request_queue', 'NewRequestData', 'CachedRequestData',
@@ -116,13 +117,18 @@ class Scheduler:
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
         self.num_preemptions = 0
+        self.structured_output_manager = StructuredOutputManager(vllm_config)  # grammars: compiled off the loop
+        self.grammar_compile_error_reqs: set[str] = set()  # their grammar failed: finished with an error in update_from_output
 
     def add_request(self, request:Request):
         if request.max_tokens is None: request.max_tokens = self.max_model_len - request.num_prompt_tokens
+        if request.use_structured_output:  # waits in WAITING_FOR_FSM while its grammar compiles in the pool
+            request.status = RequestStatus.WAITING_FOR_FSM
+            self.structured_output_manager.grammar_init(request)
         self.waiting.add_request(request)
         self.requests[request.request_id] = request
 
-    def get_num_unfinished_requests(self) -> int: return len(self.waiting) + len(self.running)
+    def get_num_unfinished_requests(self) -> int: return len(self.waiting) + len(self.running) + len(self.grammar_compile_error_reqs)
     def has_unfinished_requests(self) -> bool: return self.get_num_unfinished_requests() > 0
 
 # %% ../nbs/05_scheduler.ipynb #71f1b896
@@ -196,8 +202,13 @@ def _schedule_running(self:Scheduler, st:_Step):
 @patch
 def _schedule_waiting(self:Scheduler, st:_Step):
     "Admit waiting requests, in queue order, while the budget, max_num_seqs and the pool allow."
+    skipped = []  # WAITING_FOR_FSM requests whose grammar is not ready: they keep their place in the queue
     while self.waiting and st.token_budget > 0 and len(self.running) < self.max_num_seqs:
         request = self.waiting.peek_request()
+        if request.status == RequestStatus.WAITING_FOR_FSM and not self._grammar_ready(request):
+            self.waiting.pop_request()
+            if request.request_id not in self.grammar_compile_error_reqs: skipped.append(request)
+            continue
         hit_blocks, num_hit = self.kv_cache_manager.get_computed_blocks(request)
         n = request.num_tokens - num_hit
         if st.has_company and 0 < self.long_prefill_token_threshold < n: n = self.long_prefill_token_threshold
@@ -217,6 +228,17 @@ def _schedule_waiting(self:Scheduler, st:_Step):
                                                 num_hit, request.eos_token_id))
         st.num_scheduled[request.request_id] = n
         st.token_budget -= n
+    for r in reversed(skipped): self.waiting.prepend_request(r)
+
+# %% ../nbs/05_scheduler.ipynb #a8d63f38
+@patch
+def _grammar_ready(self:Scheduler, request:Request) -> bool:
+    "True (and the request is WAITING again) once its grammar is compiled; a failed compile is noted for update_from_output."
+    g = request.structured_output_request.grammar
+    if g is None: return False  # still compiling
+    if isinstance(g, Exception): self.grammar_compile_error_reqs.add(request.request_id); return False
+    request.status = RequestStatus.WAITING
+    return True
 
 # %% ../nbs/05_scheduler.ipynb #65ecf1ac
 @patch
@@ -264,7 +286,7 @@ def update_from_output(self:Scheduler, scheduler_output:SchedulerOutput, model_r
             new_ids = [model_runner_output.sampled_token_ids[i]]
             request.append_output_token_ids(new_ids)
             if model_runner_output.logprobs is not None: logprobs = model_runner_output.logprobs.slice(i, i + 1)
-            if check_stop(request, self.max_model_len): stopped.append(request)
+            if check_stop(request, self.max_model_len) or self._advance_grammar(request, new_ids): stopped.append(request)
         prompt_lp = (model_runner_output.prompt_logprobs_dict or {}).get(rid)
         if new_ids or prompt_lp is not None:
             outputs.append(EngineCoreOutput(rid, new_ids, request.get_finished_reason(), request.stop_reason, logprobs,
@@ -272,7 +294,7 @@ def update_from_output(self:Scheduler, scheduler_output:SchedulerOutput, model_r
     for request in stopped:
         self.running.remove(request)
         self._free_request(request)
-    return outputs
+    return outputs + self._finish_grammar_errors()
 
 @patch
 def finish_requests(self:Scheduler, request_ids, finished_status:RequestStatus=RequestStatus.FINISHED_ABORTED):
@@ -292,6 +314,38 @@ def finish_requests(self:Scheduler, request_ids, finished_status:RequestStatus=R
 def make_stats(self:Scheduler) -> SchedulerStats:
     return SchedulerStats(len(self.running), len(self.waiting), self.kv_cache_manager.usage,
                           self.kv_cache_manager.make_prefix_cache_stats(), self.num_preemptions)
+
+# %% ../nbs/05_scheduler.ipynb #b6c487a0
+@patch
+def _advance_grammar(self:Scheduler, request:Request, new_ids:list[int]) -> bool:
+    "Feed the sampled tokens to a structured request's matcher; True if that finished the request."
+    if not request.use_structured_output: return False
+    if not self.structured_output_manager.accept_tokens(request, new_ids):
+        request.status = RequestStatus.FINISHED_ERROR; return True
+    if request.structured_output_request.grammar.is_terminated():
+        request.status = RequestStatus.FINISHED_STOPPED; return True
+    return False
+
+@patch
+def _finish_grammar_errors(self:Scheduler) -> list[EngineCoreOutput]:
+    "Finish (FINISHED_ERROR) the requests whose grammar failed to compile; one output each."
+    outs = []
+    for rid in sorted(self.grammar_compile_error_reqs):
+        request = self.requests.get(rid)
+        if request is None: continue  # aborted meanwhile
+        request.status = RequestStatus.FINISHED_ERROR
+        self._free_request(request)
+        outs.append(EngineCoreOutput(rid, [], FinishReason.ERROR))
+    self.grammar_compile_error_reqs.clear()
+    return outs
+
+@patch
+def get_grammar_bitmask(self:Scheduler, scheduler_output:SchedulerOutput) -> GrammarOutput|None:
+    "The bitmask rows of this step's structured requests that sample (vLLM's name); None if there are none."
+    ids = [rid for rid in scheduler_output.num_scheduled_tokens
+           if (r := self.requests.get(rid)) is not None and r.use_structured_output and r.num_computed_tokens == r.num_tokens]
+    if not ids: return None
+    return GrammarOutput(ids, self.structured_output_manager.grammar_bitmask(self.requests, ids))
 
 # %% ../nbs/05_scheduler.ipynb #1aa34cea
 @dataclass

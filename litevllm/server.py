@@ -24,14 +24,19 @@ from .sampling_params import SamplingParams, RequestOutputKind
 from .inputs import apply_chat_template
 from .async_llm import AsyncLLM, AsyncEngineArgs, EngineDeadError, EngineGenerateError
 from .cli import add_engine_args, engine_kwargs
+from typing import Literal
+from pydantic import Field, ValidationError
+from .sampling_params import StructuredOutputsParams
+from .structured_output import validate_structured_output
 
 # %% auto #0
 __all__ = ['logger', 'SSE_DONE', 'APIError', 'error_response', 'validation_message', 'sanitize_message', 'vllm_validation_error',
            'http_error_body', 'OpenAIBaseModel', 'StreamOptions', 'SamplingFields', 'CompletionRequest',
-           'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest', 'bad_request', 'to_sampling_params',
-           'check_length', 'ServerLimits', 'add_limit_args', 'num_prompts', 'check_limits', 'completion_logprobs',
-           'chat_logprobs', 'ServerState', 'default_served_names', 'APIKeyMiddleware', 'ServerGuard',
-           'ClientDisconnected', 'run_until_disconnect', 'merge_async_iterators', 'sse', 'usage',
+           'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest', 'JsonSchemaResponseFormat',
+           'ResponseFormat', 'structured_outputs_from_request', 'raise_on_engine_error', 'bad_request',
+           'to_sampling_params', 'check_length', 'ServerLimits', 'add_limit_args', 'num_prompts', 'check_limits',
+           'completion_logprobs', 'chat_logprobs', 'ServerState', 'default_served_names', 'APIKeyMiddleware',
+           'ServerGuard', 'ClientDisconnected', 'run_until_disconnect', 'merge_async_iterators', 'sse', 'usage',
            'prompt_logprobs_json', 'vllm_choice_extras', 'chat_message', 'check_prompt_logprobs', 'echo_choice',
            'check_tool_choice', 'prepare_completion', 'completion_full', 'completion_stream', 'prepare_chat',
            'chat_full', 'chat_stream', 'check_chat_template', 'echo_text', 'build_app', 'threading_main', 'cmd_serve',
@@ -146,6 +151,8 @@ class SamplingFields(OpenAIBaseModel):
     bad_words: list[str]|None = None
     prompt_logprobs: int|None = None
     return_token_ids: bool|None = None       # vLLM: token_ids (and prompt_token_ids) in the response
+    response_format: dict[str, Any]|None = None     # OpenAI: {"type": "json_object"} or {"type": "json_schema", "json_schema": {...}}
+    structured_outputs: dict[str, Any]|None = None  # vLLM: StructuredOutputsParams' fields (regex, choice, grammar, json, ...)
 
 class CompletionRequest(SamplingFields):
     prompt: str|list[str]|list[int]|list[list[int]]
@@ -183,6 +190,52 @@ class DetokenizeRequest(OpenAIBaseModel):
     model: str|None = None
     tokens: list[int]
 
+# %% ../nbs/16_server.ipynb #d2b4813b
+class JsonSchemaResponseFormat(BaseModel):
+    "OpenAI's `response_format.json_schema` (the schema is in `schema`)."
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    name: str
+    description: str|None = None
+    json_schema: dict[str, Any]|None = Field(default=None, alias="schema")
+    strict: bool|None = None
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaResponseFormat|None = None
+
+def structured_outputs_from_request(req:SamplingFields) -> StructuredOutputsParams|None:
+    "The request's StructuredOutputsParams from `structured_outputs` and `response_format` (APIError 400 if invalid)."
+    so, field = req.structured_outputs, "structured_outputs"
+    if so is not None:
+        if not isinstance(so, dict): raise APIError("structured_outputs must be an object", param=field)
+        so = dict(so)
+    if req.response_format is not None:
+        try: rf = ResponseFormat.model_validate(req.response_format)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise APIError(f"response_format.{'.'.join(map(str, err['loc']))}: {err['msg']}", param="response_format") from None
+        if rf.type == "json_schema":
+            if rf.json_schema is None:
+                raise APIError("When response_format type is 'json_schema', the 'json_schema' field must be provided.", param="response_format")
+            if rf.json_schema.json_schema is None: raise APIError("response_format.json_schema.schema must be given", param="response_format")
+        if rf.type != "text":
+            so = {k: v for k, v in (so or {}).items() if k not in StructuredOutputsParams._KINDS}
+            so |= dict(json_object=True) if rf.type == "json_object" else dict(json=rf.json_schema.json_schema)
+            field = "response_format"
+    if so is None: return None
+    try:
+        params = StructuredOutputsParams(**so)
+        validate_structured_output(params)
+    except TypeError as e: raise APIError(f"structured_outputs: {e}".replace("StructuredOutputsParams.__init__()", "unknown field:"), param=field) from None
+    except ValueError as e: raise APIError(str(e), param=field) from None
+    return params
+
+def raise_on_engine_error(out):
+    "A 500 (vLLM's rule for finish reason `error`) if a choice failed in the engine, e.g. its grammar did not compile."
+    if any(c.finish_reason == "error" for c in out.outputs):
+        raise EngineGenerateError(f"request {out.request_id} failed in the engine (see the server log)")
+
 # %% ../nbs/16_server.ipynb #229c7374
 _FIELDS = set(CompletionRequest.model_fields) | set(ChatCompletionRequest.model_fields)
 
@@ -205,7 +258,7 @@ def to_sampling_params(req:SamplingFields, max_tokens:int|None, logprobs:int|Non
         max_tokens=max_tokens, min_tokens=req.min_tokens, logprobs=logprobs, prompt_logprobs=req.prompt_logprobs,
         skip_special_tokens=req.skip_special_tokens, spaces_between_special_tokens=req.spaces_between_special_tokens,
         include_stop_str_in_output=req.include_stop_str_in_output, logit_bias=bias, allowed_token_ids=req.allowed_token_ids,
-        output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY)
+        output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY, structured_outputs=structured_outputs_from_request(req))
 
 # %% ../nbs/16_server.ipynb #96d730b3
 def check_length(prompt_len:int, max_tokens:int|None, max_model_len:int, input_name:str, tokens_field:str) -> int:
@@ -515,6 +568,7 @@ async def completion_full(st:ServerState, req:CompletionRequest, prepared, rid:s
     async def one(i, prompt, params):
         final = None
         async for out in st.engine.generate(prompt, params, f"{rid}-{i}", priority=req.priority): final = out
+        raise_on_engine_error(final)
         return final
     finals = await asyncio.gather(*[one(i, p, sp) for i, (p, sp, _) in enumerate(prepared)])
     choices, n_prompt, n_gen = [], 0, 0
@@ -604,6 +658,7 @@ def _chat_lps(st, req, c):
 async def chat_full(st:ServerState, req:ChatCompletionRequest, prompt, params, rid:str, model:str) -> dict:
     final = None
     async for out in st.engine.generate(prompt, params, rid, priority=req.priority): final = out
+    raise_on_engine_error(final)
     prefix = echo_text(req)
     choices = [dict(index=c.index, message=chat_message(prefix + c.text), logprobs=_chat_lps(st, req, c),
                     finish_reason=c.finish_reason, stop_reason=c.stop_reason, token_ids=c.token_ids if req.return_token_ids else None)
