@@ -7,12 +7,14 @@ Docs: https://litevllm.github.io/litevllm/attention.html.md"""
 # %% ../nbs/07_attention.ipynb #e2e1b0b1
 from __future__ import annotations
 from dataclasses import dataclass
+from functools import partial
+import math, mmap
 import numpy as np, torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['kv_cache_dtype', 'kv_cache_bytes_per_block', 'profile_peak_memory', 'determine_num_blocks', 'allocate_kv_caches',
-           'AttentionMetadata', 'build_attention_metadata', 'plot_slots', 'TorchAttentionBackend',
+__all__ = ['kv_cache_dtype', 'kv_cache_bytes_per_block', 'profile_peak_memory', 'determine_num_blocks', 'zeros_mapped',
+           'allocate_kv_caches', 'AttentionMetadata', 'build_attention_metadata', 'plot_slots', 'TorchAttentionBackend',
            'SDPAAttentionBackend', 'CPUAttentionBackend', 'TritonAttentionBackend', 'get_attention_backend']
 
 # %% ../nbs/07_attention.ipynb #2d696ff2
@@ -71,6 +73,11 @@ def determine_num_blocks(vllm_config, model=None) -> int:
                                "or lower max_num_batched_tokens")
     return int(n)
 
+def zeros_mapped(shape, dtype:torch.dtype) -> torch.Tensor:
+    "A CPU tensor of zeros in an anonymous memory map: memory is taken when touched and given back when the tensor dies."
+    n = math.prod(shape)
+    return torch.frombuffer(mmap.mmap(-1, max(n * dtype.itemsize, 1)), dtype=dtype, count=n).view(shape)
+
 def allocate_kv_caches(hf_config, num_blocks:int, block_size:int, dtype, device,
                        backend:str="torch") -> list[tuple[torch.Tensor, torch.Tensor]]:
     "One (k_cache, v_cache) pair per layer: [num_blocks, block_size, num_kv_heads, head_dim], or the `cpu` kernel's layout."
@@ -80,8 +87,8 @@ def allocate_kv_caches(hf_config, num_blocks:int, block_size:int, dtype, device,
     if backend == "cpu":  # K transposed per block and kv head (kernels_nbs/02_cpu_attention)
         from litevllm.kernels.cpu_attention import cpu_kv_cache_shapes
         k_shape, v_shape = cpu_kv_cache_shapes(*shape)
-    return [(torch.zeros(k_shape, dtype=dtype, device=device), torch.zeros(v_shape, dtype=dtype, device=device))
-            for _ in range(hf_config.num_hidden_layers)]
+    zeros = zeros_mapped if torch.device(device).type == "cpu" else partial(torch.zeros, device=device)
+    return [(zeros(k_shape, dtype=dtype), zeros(v_shape, dtype=dtype)) for _ in range(hf_config.num_hidden_layers)]
 
 # %% ../nbs/07_attention.ipynb #cffd5782
 @dataclass
