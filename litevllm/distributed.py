@@ -6,7 +6,7 @@ Docs: https://litevllm.github.io/litevllm/distributed.html.md"""
 
 # %% ../nbs/05a_distributed.ipynb #b5188954
 from __future__ import annotations
-import datetime, os, socket
+import datetime, os, socket, time
 import torch
 import torch.distributed as dist
 
@@ -32,6 +32,7 @@ class GroupCoordinator:
     "One rank's view of the tensor-parallel group: rank, world size, and the collectives (identities for one rank)."
     def __init__(self, rank:int=0, world_size:int=1, device_group=None):  # device_group: a torch ProcessGroup (None: the default group)
         self.rank, self.world_size, self.device_group = rank, world_size, device_group
+        self.num_calls, self.seconds = 0, 0.0  # collectives made, and the time spent in them (gloo waits; NCCL only enqueues)
 
     @property
     def is_first_rank(self) -> bool: return self.rank == 0
@@ -39,20 +40,25 @@ class GroupCoordinator:
 
     def all_reduce(self, x:torch.Tensor) -> torch.Tensor:
         "The sum over the ranks of `x` (in place)."
-        if self.world_size > 1: dist.all_reduce(x, group=self.device_group)
+        if self.world_size > 1: self._timed(dist.all_reduce, x, group=self.device_group)
         return x
+
+    def _timed(self, op, *args, **kwargs):
+        t = time.perf_counter()
+        op(*args, **kwargs)
+        self.num_calls, self.seconds = self.num_calls + 1, self.seconds + time.perf_counter() - t
 
     def all_gather(self, x:torch.Tensor, dim:int=-1) -> torch.Tensor:
         "Every rank's `x` (all the same shape), concatenated along `dim` in rank order."
         if self.world_size == 1: return x
         x = x.contiguous()
         parts = [torch.empty_like(x) for _ in range(self.world_size)]
-        dist.all_gather(parts, x, group=self.device_group)
+        self._timed(dist.all_gather, parts, x, group=self.device_group)
         return torch.cat(parts, dim=dim)
 
     def broadcast(self, x:torch.Tensor, src:int=0) -> torch.Tensor:
         "Rank `src`'s `x` on every rank (in place)."
-        if self.world_size > 1: dist.broadcast(x, src, group=self.device_group)
+        if self.world_size > 1: self._timed(dist.broadcast, x, src, group=self.device_group)
         return x
 
     def min(self, n:int, device="cpu") -> int:

@@ -27,10 +27,12 @@ class Worker:
         self.rank, self.tp = rank, tp or GroupCoordinator()
         self.model_runner = ModelRunner(vllm_config, self.tp)
         self.timeline: list[tuple[str, float, float]] = []  # (what, start, end) of the last step, time.monotonic()
+        self.collectives = (0, 0.0)  # the last step's collectives: (calls, seconds)
 
     def execute_model(self, so:SchedulerOutput) -> ModelRunnerOutput:
-        t0 = time.monotonic()
+        t0, calls, secs = time.monotonic(), self.tp.num_calls, self.tp.seconds
         out = self.model_runner.execute_model(so)
+        self.collectives = (self.tp.num_calls - calls, self.tp.seconds - secs)
         rt, t = self.model_runner.timings, t0
         self.timeline = []
         for what in ("prepare", "forward", "sample"):  # sample includes the broadcast of the tokens
@@ -40,6 +42,7 @@ class Worker:
     def get_num_blocks(self) -> int: return self.model_runner.num_blocks
     def get_timings(self) -> dict: return self.model_runner.timings
     def get_timeline(self) -> list: return self.timeline
+    def get_collectives(self) -> tuple[int, float]: return self.collectives
 
     def shard_info(self, layer:int=0) -> dict:
         "What this rank holds of one layer: the rows/columns of each weight, its heads, its vocabulary slice."
@@ -278,7 +281,9 @@ def plot_layer_split(infos:list[dict], fname=None):
                  gate_up_proj="column-parallel: gate | up rows", down_proj="row-parallel: input columns\n→ all-reduce (sum of partials)")
     for ax, (name, g) in zip(axes, w.items()):
         ax.imshow(g, cmap=ListedColormap(colors), vmin=0, vmax=ws, aspect="equal", interpolation="nearest")
-        ax.set_title(f"{name} {tuple(g.shape)}\n{notes[name]}", fontsize=9); ax.set_xticks([]); ax.set_yticks([])
+        ax.set_title(f"{name} {tuple(g.shape)}\n{notes[name]}", fontsize=9); ax.set_xticks([])
+        parts = dict(qkv_proj=[("q", 0, qf), ("k", qf, qf + kvf), ("v", qf + kvf, qf + 2 * kvf)], gate_up_proj=[("gate", 0, I), ("up", I, 2 * I)])
+        ax.set_yticks([(a + b) / 2 for _, a, b in parts.get(name, [])], [n for n, _, _ in parts.get(name, [])])
     heads = ", ".join(f"rank {i['rank']}: q heads {i['head_ranges'][0][0]}-{i['head_ranges'][0][1] - 1}, "
                       f"KV heads {i['head_ranges'][1][0]}-{i['head_ranges'][1][1] - 1}, vocab {i['vocab'][0]}-{i['vocab'][1] - 1}" for i in infos)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors]
@@ -289,27 +294,34 @@ def plot_layer_split(infos:list[dict], fname=None):
     return fig
 
 # %% ../nbs/09a_executor.ipynb #daf28530
-def plot_step_timeline(engine:list[tuple], ranks:list[list[tuple]], fname=None):
-    "A step as bars over time: the engine's (schedule, send, wait, update) and each rank's (prepare, forward, sample); (what, start, end) in seconds."
+def plot_step_timeline(engine:list[tuple], ranks:list[list[tuple]], collectives:list[tuple]|None=None, fname=None):
+    "A step as bars over time: the engine's (schedule, send, wait, update) and each rank's (prepare, forward, sample); (what, start, end) in seconds; `collectives`: (calls, seconds) per rank."
     import matplotlib.pyplot as plt
     t0 = min(s for _, s, _ in engine)
     ms = lambda t: (t - t0) * 1e3
-    colors = dict(schedule="tab:gray", send="tab:purple", prepare="tab:olive", forward="tab:blue", sample="tab:green", update="tab:gray")
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.7 * (len(ranks) + 1)))
+    colors = {"schedule": "tab:gray", "send": "tab:purple", "wait for rank 0": "0.85", "update": "tab:brown",
+              "prepare": "tab:olive", "forward": "tab:blue", "sample": "tab:green"}
+    fig, ax = plt.subplots(figsize=(11, 1.8 + 0.8 * (len(ranks) + 1)))
     rows = [("engine", engine)] + [(f"rank {r}", tl) for r, tl in enumerate(ranks)]
     for y, (name, bars) in enumerate(rows):
         for what, s, e in bars:
             ax.broken_barh([(ms(s), max(ms(e) - ms(s), 0.02))], (y - 0.35, 0.7), color=colors.get(what, "0.85"), ec="black", lw=0.5)
-            if ms(e) - ms(s) > 0.04 * ms(max(e for _, _, e in engine)): ax.text((ms(s) + ms(e)) / 2, y, what, ha="center", va="center", fontsize=8)
+            label = what
+            if what == "forward" and collectives:  # what the collectives cost this rank, inside its forward pass
+                calls, secs = collectives[y - 1]
+                label = f"forward (the step's {calls} collectives: {secs * 1e3:.1f} ms)"
+            if ms(e) - ms(s) > 0.04 * ms(max(e for _, _, e in engine)): ax.text((ms(s) + ms(e)) / 2, y, label, ha="center", va="center", fontsize=8)
     send_end = next(e for w, _, e in engine if w == "send")
     for y, bars in enumerate(ranks, 1):  # the scheduler's output reaches each rank; rank 0's output comes back
         ax.annotate("", (ms(bars[0][1]), y - 0.35), (ms(send_end), 0.35), arrowprops=dict(arrowstyle="->", color="tab:purple"))
     ax.annotate("", (ms(next(e for w, _, e in engine if w.startswith("wait"))), 0.35), (ms(ranks[0][-1][2]), 0.65),
                 arrowprops=dict(arrowstyle="->", color="tab:red"))
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    ax.legend(handles, list(colors), ncol=len(colors), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25))
     ax.set_yticks(range(len(rows)), [n for n, _ in rows]); ax.invert_yaxis()
     ax.set_xlabel("ms since the step began")
-    ax.set_title("One step: SchedulerOutput to every rank (purple), all-reduces inside forward, tokens broadcast from rank 0 "
-                 "inside sample, ModelRunnerOutput back from rank 0 (red)", fontsize=9)
+    ax.set_title("One step: SchedulerOutput to every rank (purple arrows), all-reduces inside forward,\n"
+                 "tokens broadcast from rank 0 inside sample, ModelRunnerOutput back from rank 0 (red arrow)", fontsize=9)
     fig.tight_layout()
     if fname: fig.savefig(fname, dpi=110)
     return fig
