@@ -212,6 +212,7 @@ def capture_model(self:ModelRunner):
     c, dev = self.config, self.device
     self.cudagraphs, self.cudagraph_sizes, self.capture_seconds = {}, [], 0.0
     if c.enforce_eager or dev.type != "cuda" or self.attn.name != "triton": return
+    if self.tp.world_size > 1: return  # NCCL collectives inside a captured graph: not attempted (eager with tensor parallelism)
     sizes = sorted(set(c.cudagraph_capture_sizes or default_capture_sizes(c.max_num_seqs)))
     N, max_blocks = sizes[-1], -(-c.max_model_len // c.block_size)
     i64, i32 = dict(dtype=torch.int64, device=dev), dict(dtype=torch.int32, device=dev)
