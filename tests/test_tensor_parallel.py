@@ -149,11 +149,13 @@ def test_worker_killed_mid_generation(models):
     llm = LLM(str(models["llama"]), tensor_parallel_size=2, **(KW | dict(max_model_len=512)))
     pids = worker_pids(llm)
     assert all(alive(p) for p in pids)
-    sp = SamplingParams(temperature=0, max_tokens=480, ignore_eos=True)  # 16 x 480 tokens: seconds of work, killed after 0.5 s
-    killed = []
-    def kill(): killed.append(time.monotonic()); os.kill(pids[1], signal.SIGKILL)
-    timer = threading.Timer(0.5, kill)
-    timer.start()
+    sp = SamplingParams(temperature=0, max_tokens=480, ignore_eos=True)
+    sched, killed = llm.llm_engine.engine_core.scheduler, []
+    def kill():  # once the requests are decoding (a few tokens out of 480), from another thread, as an OOM kill would come
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(r.num_output_tokens >= 5 for r in list(sched.running)): time.sleep(0.005)
+        killed.append(time.monotonic()); os.kill(pids[1], signal.SIGKILL)
+    threading.Thread(target=kill, daemon=True).start()
     with pytest.raises(EngineDeadError, match="rank 1 died") as e:
         llm.generate(["Once upon a time"] * 16, [sp] * 16, use_tqdm=False)
     took = time.monotonic() - killed[0]
@@ -169,6 +171,9 @@ def test_worker_raises(models):
     llm = LLM(str(models["llama"]), tensor_parallel_size=2, **KW)
     pids = worker_pids(llm)
     ex = llm.llm_engine.engine_core.model_executor
+    infos = ex.collective_rpc("shard_info")  # each rank holds only its slice: 4 query heads as 2 + 2, 2 KV heads as 1 + 1
+    assert [i["head_ranges"] for i in infos] == [((0, 2), (0, 1)), ((2, 4), (1, 2))]
+    assert [i["vocab"] for i in infos] == [(0, 24576), (24576, 49152)] and [i["down_cols"] for i in infos] == [(0, 64), (64, 128)]
     with pytest.raises(EngineDeadError, match=r"rank [01] raised IndexError"):
         ex.collective_rpc("shard_info", (99,))  # layer 99 does not exist
     time.sleep(0.5)
