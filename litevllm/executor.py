@@ -6,13 +6,13 @@ Docs: https://litevllm.github.io/litevllm/executor.html.md"""
 
 # %% ../nbs/09a_executor.ipynb #8356bf9b
 from __future__ import annotations
-import dataclasses, os, pickle, threading, time, traceback, weakref
+import atexit, dataclasses, os, pickle, threading, time, traceback, weakref
 import multiprocessing as mp
 from multiprocessing.connection import wait as mp_wait
 import torch
 from .config import VllmConfig
 from .exceptions import VLLMError
-from .distributed import GroupCoordinator, init_distributed_environment, get_open_port
+from .distributed import GroupCoordinator, init_distributed_environment, destroy_distributed_environment, get_open_port
 from .scheduler import SchedulerOutput
 from .model_runner import ModelRunner, ModelRunnerOutput
 
@@ -74,7 +74,9 @@ class Executor:
         return classes[backend]
 
     def execute_model(self, so:SchedulerOutput) -> ModelRunnerOutput: raise NotImplementedError
-    def collective_rpc(self, method:str, args:tuple=()) -> list: "`method(*args)` on every rank's `Worker`: their results in rank order."; raise NotImplementedError
+    def collective_rpc(self, method:str, args:tuple=()) -> list:
+        "`method(*args)` on every rank's `Worker`: their results in rank order."
+        raise NotImplementedError
     @property
     def timings(self) -> dict: return self.model_runner.timings if self.model_runner is not None else {}
     def check_health(self): pass
@@ -339,4 +341,7 @@ class ExecutorWithExternalLauncher(UniProcExecutor):
             raise ValueError(f"tensor_parallel_size ({c.parallel_config.world_size}) must equal torchrun's WORLD_SIZE ({ws})")
         if c.device.type == "cuda": c = dataclasses.replace(c, device=torch.device("cuda", local_rank))
         tp = init_distributed_environment(ws, rank, "env://", c.device, local_rank)
+        atexit.register(destroy_distributed_environment)  # a group left to the interpreter's teardown can abort the process
         return Worker(c, rank, tp)
+
+    def shutdown(self): destroy_distributed_environment()  # leave the group torchrun's processes formed
