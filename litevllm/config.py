@@ -17,7 +17,7 @@ logger = logging.getLogger("litevllm")
 
 # %% auto #0
 __all__ = ['logger', 'DEFAULT_MODEL_NAME', 'EngineArgs', 'cache_dir', 'default_gguf_path', 'convert_gguf_to_hf',
-           'default_model_path', 'resolve_model', 'platform_dtypes', 'resolve_dtype', 'VllmConfig',
+           'default_model_path', 'resolve_model', 'platform_dtypes', 'resolve_dtype', 'ParallelConfig', 'VllmConfig',
            'cpu_attention_unsupported', 'resolve_attention_backend']
 
 # %% ../nbs/00_config.ipynb #bb528d3b
@@ -43,7 +43,8 @@ class EngineArgs:
     num_gpu_blocks_override: int|None = None  # force the number of KV blocks (small pools in tests)
     gpu_memory_utilization: float = 0.9    # CUDA: share of the card's memory the engine may use
     kv_cache_memory_bytes: int|None = None # KV cache size; default: 2 GiB on CPU, from gpu_memory_utilization on CUDA
-    tensor_parallel_size: int = 1          # only 1 is supported
+    tensor_parallel_size: int = 1          # ranks the model is split across (tensor parallelism)
+    distributed_executor_backend: str|None = None  # None: uni (one rank) or mp (one process per rank); mp | uni | external_launcher (torchrun)
     max_logprobs: int = 20                 # the largest `logprobs` / `prompt_logprobs` a request may ask for
     device: str = "auto"                   # auto | cpu | cuda
     attention_backend: str = "auto"        # auto (triton on CUDA; cpu on CPU, sdpa where it cannot run) | cpu | sdpa | torch (the reference) | triton
@@ -65,7 +66,11 @@ class EngineArgs:
         check(self.scheduling_policy in ("fcfs", "priority"), "scheduling_policy", "must be 'fcfs' or 'priority'")
         check(self.num_gpu_blocks_override is None or self.num_gpu_blocks_override >= 1, "num_gpu_blocks_override", "must be >= 1")
         check(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")
-        check(self.tensor_parallel_size == 1, "tensor_parallel_size", "must be 1 (litevllm runs on one device)")
+        check(self.tensor_parallel_size >= 1, "tensor_parallel_size", "must be >= 1")
+        check(self.distributed_executor_backend in (None, "uni", "mp", "external_launcher"), "distributed_executor_backend",
+              "must be mp, uni or external_launcher")
+        check(self.distributed_executor_backend != "uni" or self.tensor_parallel_size == 1, "distributed_executor_backend",
+              "'uni' runs a single rank (tensor_parallel_size must be 1)")
         check(self.max_logprobs >= 0, "max_logprobs", "must be >= 0")
         check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device", "must be auto, cpu or cuda")
         check(self.attention_backend in ("auto", "cpu", "sdpa", "torch", "triton"), "attention_backend", "must be auto, cpu, sdpa, torch or triton")
@@ -156,6 +161,28 @@ def resolve_dtype(dtype:str, hf_config, device:torch.device) -> torch.dtype:
     if saved == torch.float32: return supported[0]   # float32 checkpoints are downcast to the preferred dtype
     return saved if saved in supported else supported[0]
 
+# %% ../nbs/00_config.ipynb #76a33edf
+@dataclass
+class ParallelConfig:
+    "How the model is split across ranks (vLLM's names), resolved."
+    tensor_parallel_size: int = 1
+    distributed_executor_backend: str = "uni"  # uni | mp | external_launcher
+
+    @property
+    def world_size(self) -> int: return self.tensor_parallel_size
+
+    @classmethod
+    def resolve(cls, args:EngineArgs, hf_config) -> ParallelConfig:
+        "The backend `args` asked for (None: uni for one rank, mp for several), checked against the model's heads."
+        tp = args.tensor_parallel_size
+        backend = args.distributed_executor_backend or ("uni" if tp == 1 else "mp")
+        H, Hkv = hf_config.num_attention_heads, getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
+        if tp > Hkv and H // Hkv < -(-tp // Hkv):  # ranks that share a KV head split its query heads: one each at least
+            raise ValueError(f"tensor_parallel_size ({tp}) is too large for the model's {H} attention heads "
+                             f"({Hkv} KV heads): each rank needs at least one query head")
+        if tp > hf_config.intermediate_size: raise ValueError(f"tensor_parallel_size ({tp}) is larger than intermediate_size")
+        return cls(tp, backend)
+
 # %% ../nbs/00_config.ipynb #303d6655
 @dataclass
 class VllmConfig:
@@ -168,6 +195,7 @@ class VllmConfig:
     max_model_len: int
     max_num_batched_tokens: int
     attention_backend: str
+    parallel_config: ParallelConfig = field(default_factory=lambda: ParallelConfig())  # how the model is split across ranks
 
     def __getattr__(self, name):  # engine options are read through: cfg.block_size, cfg.max_num_seqs, ...
         if name != "args" and name in EngineArgs.field_names(): return getattr(self.args, name)
@@ -198,7 +226,8 @@ def create_engine_config(self:EngineArgs) -> VllmConfig:
     if backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError("attention_backend 'triton' needs CUDA (or TRITON_INTERPRET=1 to run the kernels interpreted on CPU)")
     logger.info("dtype %s (asked: %s), device %s, attention backend %s", str(dtype).removeprefix("torch."), self.dtype, device, backend)
-    return VllmConfig(self, path, hf_config, device, dtype, max_model_len, budget, backend)
+    parallel = ParallelConfig.resolve(self, hf_config)
+    return VllmConfig(self, path, hf_config, device, dtype, max_model_len, budget, backend, parallel)
 
 # %% ../nbs/00_config.ipynb #b1c0a7e2
 def cpu_attention_unsupported(dtype:torch.dtype, hf_config, block_size:int) -> str|None:

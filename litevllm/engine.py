@@ -7,6 +7,7 @@ Docs: https://litevllm.github.io/litevllm/engine.html.md"""
 # %% ../nbs/11_engine.ipynb #005d8794
 from __future__ import annotations
 import dataclasses, logging, time
+from fastcore.basics import patch
 from .config import EngineArgs, VllmConfig, DEFAULT_MODEL_NAME
 from .sampling_params import SamplingParams
 from .exceptions import VLLMValidationError
@@ -15,6 +16,7 @@ from .request import Request, RequestStatus
 from .scheduler import Scheduler, EngineCoreOutput, SchedulerStats, SchedulerOutput
 from .model_runner import ModelRunner
 from .structured_output import validate_structured_output
+from .executor import Executor, EngineDeadError
 from .output_processor import OutputProcessor, ParentRequest, RequestOutput, OutputProcessorOutput
 
 logger = logging.getLogger("litevllm")
@@ -27,8 +29,8 @@ class EngineCore:
     "The scheduler and the model runner: one step at a time."
     def __init__(self, vllm_config:VllmConfig):
         self.config = vllm_config
-        self.model_runner = ModelRunner(vllm_config)
-        self.scheduler = Scheduler(vllm_config, self.model_runner.num_blocks)
+        self.model_executor = Executor.get_class(vllm_config)(vllm_config)  # one rank here, or a worker process per rank
+        self.scheduler = Scheduler(vllm_config, self.model_executor.num_blocks)
         self.record_step_timings = False
         self.step_timings: list[dict] = []
         self.isolate_failures = False              # True (the server): a failing step fails its requests, not the engine
@@ -47,16 +49,16 @@ class EngineCore:
         t1 = time.perf_counter()
         grammar_output = self.scheduler.get_grammar_bitmask(so)  # the structured requests' bitmask rows (None if there are none)
         t_grammar = time.perf_counter() - t1 if grammar_output is not None else 0.0
-        try: out = self.model_runner.execute_model(so, grammar_output)
+        try: out = self.model_executor.execute_model(so, grammar_output)
         except Exception as e:
-            if not self.isolate_failures: raise
+            if not self.isolate_failures or isinstance(e, EngineDeadError): raise  # a lost worker is not one step's fault
             return self.fail_step(so, e)
         t2 = time.perf_counter()
         outputs = self.scheduler.update_from_output(so, out)
         if not so.total_num_scheduled_tokens and self.scheduler.waiting:
             time.sleep(0.001)  # nothing ran (grammars still compiling): leave the CPU to the compile threads, don't spin
         elif self.record_step_timings:
-            rt = self.model_runner.timings
+            rt = self.model_executor.timings
             self.step_timings.append(dict(schedule=t1 - t0, prepare=rt.get("prepare", 0.0), forward=rt.get("forward", 0.0),
                                           sample=rt.get("sample", 0.0), update=time.perf_counter() - t2,
                                           grammar=t_grammar, mask=rt.get("mask", 0.0),
@@ -64,6 +66,14 @@ class EngineCore:
         return outputs
 
     def reset_prefix_cache(self) -> bool: return self.scheduler.kv_cache_manager.reset_prefix_cache()
+
+# %% ../nbs/11_engine.ipynb #f0237252
+EngineCore.model_runner = property(lambda self: self.model_executor.model_runner, doc="The model runner, when it runs in this process (else None).")
+
+@patch
+def shutdown(self:EngineCore):
+    "Stop the executor's worker processes, if any (also done when the engine is garbage collected or the interpreter exits)."
+    self.model_executor.shutdown()
 
 # %% ../nbs/11_engine.ipynb #cb174c93
 class LLMEngine:

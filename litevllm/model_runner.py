@@ -11,6 +11,8 @@ import time
 import numpy as np, torch
 from .config import VllmConfig
 from .models.llama import get_model
+from .distributed import GroupCoordinator
+import copy
 from .attention import determine_num_blocks, kv_cache_dtype, allocate_kv_caches, build_attention_metadata, get_attention_backend, AttentionMetadata
 from .sampler import Sampler, make_sampling_metadata, gather_logprobs, LogprobsTensors
 from .scheduler import SchedulerOutput
@@ -50,14 +52,16 @@ EMPTY_MODEL_RUNNER_OUTPUT = ModelRunnerOutput([], {}, [])
 # %% ../nbs/09_model_runner.ipynb #53e7b851
 class ModelRunner:
     "Runs the model on the flat batch of each step and samples."
-    def __init__(self, vllm_config:VllmConfig):
+    def __init__(self, vllm_config:VllmConfig,
+                 tp:GroupCoordinator|None=None):  # this rank's tensor-parallel group (None: one rank)
         c = self.config = vllm_config
         self.device, self.block_size = c.device, c.block_size
         if c.device.type == "cpu": keep_freed_memory()  # no page faults on every large activation (below)
-        self.model = get_model(c)
+        self.tp = tp or GroupCoordinator()
+        self.model = get_model(c, self.tp)  # this rank's shard
         self.vocab_size = c.hf_config.vocab_size
-        self.num_blocks = determine_num_blocks(c, self.model)  # on CUDA: from a profiling run of the model
-        self.kv_caches = allocate_kv_caches(c.hf_config, self.num_blocks, c.block_size, kv_cache_dtype(c), c.device,
+        self.num_blocks = self.tp.min(determine_num_blocks(c, self.model), c.device)  # on CUDA: from a profiling run of the model; every rank the same
+        self.kv_caches = allocate_kv_caches(self._kv_cache_config(), self.num_blocks, c.block_size, kv_cache_dtype(c), c.device,
                                             c.attention_backend)
         head_dim = self.model.layers[0].self_attn.head_dim
         self.attn = get_attention_backend(c.attention_backend, self.kv_caches, c.block_size, head_dim ** -0.5)
@@ -174,12 +178,34 @@ def execute_model(self:ModelRunner, so:SchedulerOutput, grammar_output:GrammarOu
     prompt_lps = self._prompt_logprobs(hidden, b.prompt_logprobs)
     if self.device.type == "cuda": torch.cuda.synchronize()
     t2 = time.perf_counter()
-    tokens, lps = self._sample(logits, b.sample_ids, grammar_output)
+    tokens, lps = self._sample_and_sync(logits, b.sample_ids, grammar_output)
     for rid, n in so.num_scheduled_tokens.items(): self.requests[rid].num_computed_tokens += n
     for rid, *_, done in b.prompt_logprobs: self.requests[rid].num_prompt_logprobs_done = done
     t3 = time.perf_counter()
     self.timings = dict(prepare=t1 - t0, forward=t2 - t1, sample=t3 - t2, mask=getattr(self, "_mask_seconds", 0.0))  # mask: within sample
     return ModelRunnerOutput(b.sample_ids, {r: i for i, r in enumerate(b.sample_ids)}, tokens, lps, prompt_lps)
+
+# %% ../nbs/09_model_runner.ipynb #a0164dc6
+@patch
+def _kv_cache_config(self:ModelRunner):
+    "The model config the KV cache is shaped by: this rank's KV heads."
+    hf = self.config.hf_config
+    local = self.model.layers[0].self_attn.num_kv_heads
+    if local == hf.num_key_value_heads: return hf
+    hf = copy.copy(hf); hf.num_key_value_heads = local
+    return hf
+
+# %% ../nbs/09_model_runner.ipynb #d0c82ca6
+@patch
+def _sample_and_sync(self:ModelRunner, logits, sample_ids:list[str], grammar_output:GrammarOutput|None=None) -> tuple[list[int], LogprobsTensors|None]:
+    "`_sample`, then rank 0's tokens on every rank (a broadcast; nothing to do for one rank)."
+    tokens, lps = self._sample(logits, sample_ids, grammar_output)
+    if self.tp.world_size == 1 or not tokens: return tokens, lps
+    tokens = self.tp.broadcast(torch.tensor(tokens, dtype=torch.int64, device=self.device), src=0).tolist()
+    for rid, t in zip(sample_ids, tokens):
+        st = self.requests[rid]
+        st.output_token_ids[-1] = st.token_ids[-1] = t
+    return tokens, lps
 
 # %% ../nbs/09_model_runner.ipynb #6802cca3
 def default_capture_sizes(max_num_seqs:int) -> list[int]:
@@ -205,6 +231,7 @@ def capture_model(self:ModelRunner):
     c, dev = self.config, self.device
     self.cudagraphs, self.cudagraph_sizes, self.capture_seconds = {}, [], 0.0
     if c.enforce_eager or dev.type != "cuda" or self.attn.name != "triton": return
+    if self.tp.world_size > 1: return  # NCCL collectives inside a captured graph: not attempted (eager with tensor parallelism)
     sizes = sorted(set(c.cudagraph_capture_sizes or default_capture_sizes(c.max_num_seqs)))
     N, max_blocks = sizes[-1], -(-c.max_model_len // c.block_size)
     i64, i32 = dict(dtype=torch.int64, device=dev), dict(dtype=torch.int32, device=dev)

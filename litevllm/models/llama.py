@@ -11,11 +11,14 @@ from pathlib import Path
 import torch
 from torch import nn
 import torch.nn.functional as F
+from ..distributed import GroupCoordinator, split_range
 
 # %% auto #0
 __all__ = ['SUPPORTED_ARCHITECTURES', 'RMSNorm', 'RotaryEmbedding', 'Attention', 'MLP', 'DecoderLayer', 'LlamaForCausalLM',
            'onednn_linear_available', 'PackedLinear', 'prepack_linears', 'linear_gflops', 'load_weights', 'get_model',
-           'save_random_model', 'causal_attention']
+           'save_random_model', 'causal_attention', 'head_partition', 'ColumnParallelLinear',
+           'MergedColumnParallelLinear', 'QKVParallelLinear', 'RowParallelLinear', 'VocabParallelEmbedding',
+           'ParallelLMHead', 'shard_model', 'prepack_lm_head', 'load_sharded_weights']
 
 # %% ../../nbs/06_models.ipynb #68db3f71
 class RMSNorm(nn.Module):
@@ -220,22 +223,27 @@ def load_weights(model:LlamaForCausalLM, path:Path):
                 filled.add((name, shard))
     if missing := sorted(expected - filled): raise ValueError(f"weights missing from {path}: {missing[:5]}")
 
-def get_model(vllm_config) -> LlamaForCausalLM:
-    "The model of `vllm_config`, weights loaded, on its device and dtype, in eval mode."
+def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
+    "The model of `vllm_config` (this rank's shard of it when `tp` has several ranks), weights loaded, on its device and dtype, in eval mode."
     cfg = vllm_config.hf_config
     archs = getattr(cfg, "architectures", None) or []
     if not any(a in SUPPORTED_ARCHITECTURES for a in archs):
         raise ValueError(f"model architecture {archs} is not supported (supported: {sorted(SUPPORTED_ARCHITECTURES)})")
-    with torch.device("meta"): model = LlamaForCausalLM(cfg, max_positions=vllm_config.max_model_len)
+    sharded = tp is not None and tp.world_size > 1
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg, max_positions=vllm_config.max_model_len)
+        if sharded: shard_model(model, tp)  # this rank's parallel layers (see "Tensor parallelism" below)
     model = model.to_empty(device="cpu")
     # the rope tables were on meta: rebuild them for real
     head_dim = model.layers[0].self_attn.head_dim
     rope = RotaryEmbedding(cfg, head_dim, vllm_config.max_model_len)
     for layer in model.layers: layer.self_attn.rope = rope
     if cfg.tie_word_embeddings: model.lm_head.weight = model.embed_tokens.weight
-    load_weights(model, vllm_config.model_path)
+    if sharded: load_sharded_weights(model, vllm_config.model_path)
+    else: load_weights(model, vllm_config.model_path)
     model = model.to(device=vllm_config.device, dtype=vllm_config.dtype).eval()
     prepack_linears(model)  # CPU: oneDNN's blocked weights (a no-op on CUDA, or where oneDNN is missing)
+    if sharded: prepack_lm_head(model)  # the parallel LM head is not an nn.Linear: packed apart
     if vllm_config.attention_backend == "cpu":  # the C++ kernels: RMSNorm, rotary, SwiGLU too (kernels_nbs/03_cpu_layer_ops)
         from litevllm.kernels.cpu_ops import use_cpu_ops
         use_cpu_ops(model)
@@ -268,3 +276,183 @@ def causal_attention(layer_idx, q, k, v):
     o = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),  # (heads, tokens, head_dim)
                                        is_causal=True, enable_gqa=True)
     return o.transpose(0, 1)
+
+# %% ../../nbs/06_models.ipynb #d99c0f04
+def head_partition(num_heads:int, num_kv_heads:int, tp_size:int, rank:int) -> tuple[tuple[int, int], tuple[int, int]]:
+    "The (query heads, KV heads) ranges of `rank`: whole GQA groups; a KV head shared by ranks when they outnumber KV heads."
+    g = num_heads // num_kv_heads  # query heads per KV head
+    if num_kv_heads >= tp_size:
+        ka, kb = split_range(num_kv_heads, tp_size, rank)
+        return (ka * g, kb * g), (ka, kb)
+    kv = rank * num_kv_heads // tp_size  # this rank's KV head (replicated on every rank that maps to it)
+    sharing = [r for r in range(tp_size) if r * num_kv_heads // tp_size == kv]
+    qa, qb = split_range(g, len(sharing), sharing.index(rank))
+    if qa == qb: raise ValueError(f"tensor_parallel_size ({tp_size}) leaves rank {rank} without a query head")
+    return (kv * g + qa, kv * g + qb), (kv, kv + 1)
+
+# %% ../../nbs/06_models.ipynb #c2eb6c80
+def _full_shape(t) -> tuple: return tuple(t.get_shape()) if hasattr(t, "get_shape") else tuple(t.shape)
+
+class ColumnParallelLinear(nn.Module):
+    "y_r = x W_r^T with W_r this rank's rows of W (of each logical part): the output stays split across ranks."
+    def __init__(self, in_features:int, full_sizes:list[int],  # the full output size of each logical part (q, k, v / gate, up)
+                 shards:list[tuple[int, int]],                  # the rows of each part this rank holds
+                 bias:bool=False, tp:GroupCoordinator|None=None):
+        super().__init__()
+        self.in_features, self.full_sizes, self.shards, self.tp = in_features, full_sizes, shards, tp or GroupCoordinator()
+        self.offsets = [sum(e - s for s, e in shards[:i]) for i in range(len(shards))]  # where each part starts locally
+        self.linear = nn.Linear(in_features, sum(e - s for s, e in shards), bias=bias)
+
+    def forward(self, x): return self.linear(x)  # (tokens, in) -> (tokens, this rank's outputs)
+
+    def loadable(self) -> list[tuple[str, int]]:
+        "(parameter, part) pairs a checkpoint must fill."
+        return [(n, i) for n in ("weight", "bias") if getattr(self.linear, n) is not None for i in range(len(self.shards))]
+
+    def weight_loader(self, name:str, loaded, shard_id:int=0):
+        "Copy this rank's rows of part `shard_id` of the checkpoint tensor `loaded` (a lazy slice) into the local weight."
+        (s, e), full = self.shards[shard_id], self.full_sizes[shard_id]
+        want = (full, self.in_features) if name == "weight" else (full,)
+        if _full_shape(loaded) != want: raise ValueError(f"shape {_full_shape(loaded)}, expected {want}")
+        getattr(self.linear, name).data.narrow(0, self.offsets[shard_id], e - s).copy_(loaded[s:e])
+
+class MergedColumnParallelLinear(ColumnParallelLinear):
+    "gate and up stacked: each split over the ranks the same way."
+    def __init__(self, in_features:int, sizes:list[int], bias:bool=False, tp:GroupCoordinator|None=None):
+        tp = tp or GroupCoordinator()
+        super().__init__(in_features, sizes, [split_range(n, tp.world_size, tp.rank) for n in sizes], bias, tp)
+
+class QKVParallelLinear(ColumnParallelLinear):
+    "q, k and v stacked, split by whole heads (`head_partition`)."
+    def __init__(self, hidden_size:int, head_dim:int, num_heads:int, num_kv_heads:int, bias:bool=False, tp:GroupCoordinator|None=None):
+        tp = tp or GroupCoordinator()
+        (qa, qb), (ka, kb) = self.head_ranges = head_partition(num_heads, num_kv_heads, tp.world_size, tp.rank)
+        self.num_heads, self.num_kv_heads = qb - qa, kb - ka  # this rank's
+        kv = (ka * head_dim, kb * head_dim)
+        super().__init__(hidden_size, [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim],
+                         [(qa * head_dim, qb * head_dim), kv, kv], bias, tp)
+
+# %% ../../nbs/06_models.ipynb #0ffca7b5
+class RowParallelLinear(nn.Module):
+    "y = all_reduce(x_r W_r^T) with W_r this rank's input columns of W: the partial products summed over the ranks."
+    def __init__(self, in_features:int, out_features:int, in_range:tuple[int, int],  # the input columns this rank holds
+                 bias:bool=False, tp:GroupCoordinator|None=None):
+        super().__init__()
+        self.in_features, self.out_features, self.in_range, self.tp = in_features, out_features, in_range, tp or GroupCoordinator()
+        self.linear = nn.Linear(in_range[1] - in_range[0], out_features, bias=False)
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+
+    def forward(self, x):  # (tokens, this rank's inputs) -> (tokens, out), the same on every rank
+        y = self.tp.all_reduce(self.linear(x))
+        return y if self.bias is None else y + self.bias
+
+    def loadable(self): return [("weight", 0)] + ([("bias", 0)] if self.bias is not None else [])
+
+    def weight_loader(self, name:str, loaded, shard_id:int=0):
+        "This rank's columns of the weight; the bias whole."
+        want = (self.out_features, self.in_features) if name == "weight" else (self.out_features,)
+        if _full_shape(loaded) != want: raise ValueError(f"shape {_full_shape(loaded)}, expected {want}")
+        if name == "bias": self.bias.data.copy_(loaded[:]); return
+        self.linear.weight.data.copy_(loaded[:, self.in_range[0]:self.in_range[1]])
+
+# %% ../../nbs/06_models.ipynb #c4d45d44
+class VocabParallelEmbedding(nn.Module):
+    "The embedding table split by vocabulary rows: look up the ids this rank has, zeros for the rest, all-reduce."
+    def __init__(self, num_embeddings:int, embedding_dim:int, tp:GroupCoordinator|None=None):
+        super().__init__()
+        self.tp = tp or GroupCoordinator()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.per_rank = -(-num_embeddings // self.tp.world_size)  # rows per rank, the last rank padded
+        self.start = self.tp.rank * self.per_rank
+        self.end = min(self.start + self.per_rank, num_embeddings)  # this rank's ids: [start, end)
+        self.weight = nn.Parameter(torch.empty(self.per_rank, embedding_dim))
+
+    def forward(self, ids):  # (tokens,) -> (tokens, dim)
+        if self.tp.world_size == 1: return F.embedding(ids, self.weight)
+        mine = (ids >= self.start) & (ids < self.end)
+        e = F.embedding((ids - self.start) * mine, self.weight)  # other ranks' ids look up row 0 here...
+        return self.tp.all_reduce(e * mine.unsqueeze(-1).to(e.dtype))  # ...and are zeroed before the sum
+
+    def loadable(self): return [("weight", 0)]
+
+    def weight_loader(self, name:str, loaded, shard_id:int=0):
+        want = (self.num_embeddings, self.embedding_dim)
+        if _full_shape(loaded) != want: raise ValueError(f"shape {_full_shape(loaded)}, expected {want}")
+        n = self.end - self.start
+        self.weight.data[n:].zero_()  # padding rows: zero logits, cut off after the gather anyway
+        self.weight.data[:n].copy_(loaded[self.start:self.end])
+
+class ParallelLMHead(VocabParallelEmbedding):
+    "The LM head split by vocabulary rows: this rank's slice of the logits, all-gathered into the whole vocabulary."
+    def __init__(self, num_embeddings:int, embedding_dim:int, tp:GroupCoordinator|None=None):
+        super().__init__(num_embeddings, embedding_dim, tp)
+        self.packed = None  # a PackedLinear of the local slice, on CPU (`prepack_lm_head`)
+
+    def forward(self, hidden):  # (rows, dim) -> (rows, vocab), the same on every rank
+        logits = self.packed(hidden) if self.packed is not None else F.linear(hidden, self.weight)  # (rows, per_rank)
+        return self.tp.all_gather(logits, dim=-1)[:, :self.num_embeddings]
+
+# %% ../../nbs/06_models.ipynb #c56533bb
+def shard_model(model:LlamaForCausalLM, tp:GroupCoordinator) -> LlamaForCausalLM:
+    "Replace `model`'s linears and embeddings by this rank's parallel ones (call it on the meta device, before loading)."
+    cfg = model.config
+    for layer in model.layers:
+        a, m = layer.self_attn, layer.mlp
+        D = a.head_dim
+        qkv = QKVParallelLinear(cfg.hidden_size, D, a.num_heads, a.num_kv_heads, a.qkv_proj.bias is not None, tp)
+        (qa, qb), _ = qkv.head_ranges
+        a.qkv_proj, a.o_proj = qkv, RowParallelLinear(a.q_size, cfg.hidden_size, (qa * D, qb * D), False, tp)
+        a.num_heads, a.num_kv_heads = qkv.num_heads, qkv.num_kv_heads  # forward's views use the local head counts
+        a.q_size, a.kv_size = a.num_heads * D, a.num_kv_heads * D
+        gate_up = MergedColumnParallelLinear(cfg.hidden_size, [m.inter, m.inter], False, tp)
+        m.gate_up_proj, m.down_proj = gate_up, RowParallelLinear(m.inter, cfg.hidden_size, gate_up.shards[0], False, tp)
+        m.inter = gate_up.shards[0][1] - gate_up.shards[0][0]
+    model.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp)
+    model.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, tp)
+    if cfg.tie_word_embeddings: model.lm_head.weight = model.embed_tokens.weight
+    model.tp = tp
+    return model
+
+def prepack_lm_head(model:LlamaForCausalLM) -> bool:
+    "Pack the local slice of a `ParallelLMHead` for oneDNN (CPU), as `prepack_linears` packs the other linears."
+    head = model.lm_head
+    w = head.weight
+    if not isinstance(head, ParallelLMHead) or w.device.type != "cpu" or not onednn_linear_available(w.dtype): return False
+    lin = nn.Linear(w.shape[1], w.shape[0], bias=False, device="meta")
+    lin.weight = w
+    head.packed = PackedLinear(lin)
+    return True
+
+# %% ../../nbs/06_models.ipynb #a18ed968
+def load_sharded_weights(model:LlamaForCausalLM, path:Path):
+    "Fill this rank's shard of `model` from the safetensors files in `path`, reading only this rank's slice of each tensor."
+    from safetensors import safe_open
+    tied = model.config.tie_word_embeddings
+    expected = set()
+    for mname, mod in model.named_modules():
+        if hasattr(mod, "weight_loader") and not (tied and mname == "lm_head"): expected |= {(mname, n, i) for n, i in mod.loadable()}
+    parallel = {n for n, _, _ in expected}
+    for pname, _ in model.named_parameters():
+        if pname.rpartition(".")[0] not in parallel and not pname.startswith(tuple(p + "." for p in parallel)): expected.add((pname, None, 0))
+    files = sorted(Path(path).glob("*.safetensors"))
+    if not files: raise ValueError(f"no *.safetensors files in {path}")
+    filled = set()
+    for f in files:
+        with safe_open(str(f), framework="pt") as st:
+            for hf_name in st.keys():
+                name = hf_name.removeprefix("model.")
+                if name == "lm_head.weight" and tied: continue
+                packed = next((p for p in name.split(".") if p in _PACKED), None)
+                shard = 0
+                if packed: target, shard = _PACKED[packed]; name = name.replace(packed, target)
+                mname, _, pname = name.rpartition(".")
+                if (mname, pname, shard) in expected:
+                    try: model.get_submodule(mname).weight_loader(pname, st.get_slice(hf_name), shard)
+                    except ValueError as e: raise ValueError(f"{hf_name}: {e}") from None
+                    filled.add((mname, pname, shard))
+                elif (name, None, 0) in expected:
+                    dst, t = model.get_parameter(name).data, st.get_tensor(hf_name)
+                    if t.shape != dst.shape: raise ValueError(f"{hf_name}: shape {tuple(t.shape)}, expected {tuple(dst.shape)}")
+                    dst.copy_(t); filled.add((name, None, 0))
+                else: raise ValueError(f"unexpected weight {hf_name} in {f.name}")
+    if missing := sorted(expected - filled, key=str): raise ValueError(f"weights missing from {path}: {missing[:5]}")
