@@ -147,7 +147,7 @@ def _shutdown_workers(procs:list, conns:list, death_pipes:list, timeout:float=5.
 
 # %% ../nbs/09a_executor.ipynb #98db1b67
 def _worker_main():
-    "`WorkerProc.worker_main` as the spawned process imports it: from `litevllm.executor` (a notebook's own definitions live in `__main__`, which it cannot import)."
+    "`worker_main` of `WorkerProc` as the spawned process imports it: from `litevllm.executor` (a notebook's own definitions live in `__main__`, which it cannot import)."
     import importlib
     return importlib.import_module("litevllm.executor").WorkerProc.worker_main
 
@@ -260,7 +260,7 @@ MultiprocExecutor.timings = property(lambda self: self._timings)  # rank 0's, fr
 
 # %% ../nbs/09a_executor.ipynb #dd2e8bcd
 def plot_layer_split(infos:list[dict], fname=None):
-    "One layer's weights (rows: outputs, columns: inputs), coloured by the rank that holds each entry; `infos` from `Worker.shard_info`."
+    "One layer's weights (rows: outputs, columns: inputs), coloured by the rank that holds each entry; `infos` from the `shard_info` method of `Worker`."
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
     import numpy as np
