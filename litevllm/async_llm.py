@@ -12,11 +12,12 @@ from .config import EngineArgs, VllmConfig, DEFAULT_MODEL_NAME
 from .sampling_params import SamplingParams, RequestOutputKind
 from .inputs import PromptType, EngineCoreRequest
 from .engine import LLMEngine
+from .executor import EngineDeadError  # one class for a dead engine, whether a worker or the engine thread died
 from .output_processor import RequestOutput
 from .metrics import IterationStats, PrometheusStatLogger, parse_metrics, metric_value, cache_config_info
 
 # %% auto #0
-__all__ = ['logger', 'AsyncEngineArgs', 'EngineGenerateError', 'EngineDeadError', 'AsyncLLM']
+__all__ = ['logger', 'AsyncEngineArgs', 'EngineGenerateError', 'AsyncLLM']
 
 # %% ../nbs/14_async_llm.ipynb #99eb228d
 @dataclasses.dataclass
@@ -25,9 +26,6 @@ class AsyncEngineArgs(EngineArgs):
 
 class EngineGenerateError(RuntimeError):
     "One request failed inside the engine."
-
-class EngineDeadError(RuntimeError):
-    "The engine core failed: every live request fails with this, and no new request is accepted."
 
 class _Aborted:  # the sentinel that ends a request's iterator after `abort`
     pass
@@ -187,11 +185,12 @@ async def check_health(self:AsyncLLM):
 
 @patch
 def shutdown(self:AsyncLLM, timeout:float=10.0):
-    "Stop the engine thread; live requests fail with EngineDeadError."
+    "Stop the engine thread (live requests fail with EngineDeadError), then the worker processes, if any."
     if self._thread.is_alive():
         self._commands.put(("shutdown", None))
         self._thread.join(timeout)
     self._stopped = True
+    self.engine.engine_core.shutdown()
 
 @patch
 async def reset_prefix_cache(self:AsyncLLM) -> bool:
