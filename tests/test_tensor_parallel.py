@@ -209,3 +209,19 @@ def test_bench_and_cli_tensor_parallel_size(models, tmp_path, capsys):
     assert main(["generate", "--model", str(models["llama"]), "--max-tokens", "4", "--tensor-parallel-size", "2",
                  "--max-model-len", "64", "--dtype", "float32", "Hello"]) == 0
     assert "Generated:" in capsys.readouterr().out
+
+
+def test_structured_output_tp2():
+    "Structured requests at TP=2: the step's grammar bitmask reaches every rank, so all ranks mask and sample alike."
+    from litevllm.sampling_params import StructuredOutputsParams
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
+              "additionalProperties": False}
+    params = [SamplingParams(temperature=0, max_tokens=24, structured_outputs=StructuredOutputsParams(json=schema)),
+              SamplingParams(temperature=0, max_tokens=6, structured_outputs=StructuredOutputsParams(choice=[" yes", " no"])),
+              SamplingParams(temperature=0, max_tokens=8)]  # a free request in the same batch
+    prompts = ["The capital of France as JSON:", "Is Paris in France? Answer:", "Once upon a time"]
+    two, _ = generate(default_model_path(), 2, prompts, params)
+    one, _ = generate(default_model_path(), 1, prompts, params)
+    assert [o.outputs[0].token_ids for o in two] == [o.outputs[0].token_ids for o in one]
+    assert set(json.loads(two[0].outputs[0].text)) == {"city"}
+    assert two[1].outputs[0].text in (" yes", " no")
