@@ -72,8 +72,9 @@ EngineCore.model_runner = property(lambda self: self.model_executor.model_runner
 
 @patch
 def shutdown(self:EngineCore):
-    "Stop the executor's worker processes, if any (also done when the engine is garbage collected or the interpreter exits)."
+    "Stop the executor's worker processes, if any (also done when the engine is garbage collected or the interpreter exits), and the grammar compile pool."
     self.model_executor.shutdown()
+    self.scheduler.structured_output_manager.shutdown()
 
 # %% ../nbs/11_engine.ipynb #cb174c93
 class LLMEngine:
@@ -107,7 +108,12 @@ def process_inputs(self:LLMEngine, request_id:str, prompt:PromptType, params:Sam
     "Tokenize and validate one request (nothing is added)."
     params = SamplingParams() if params is None else params
     params.update_from_tokenizer(self.tokenizer)  # bad_words -> the token sequences the sampler bans
-    if params.structured_outputs is not None: validate_structured_output(params.structured_outputs)  # a bad grammar: ValueError here
+    if params.structured_outputs is not None:
+        validate_structured_output(params.structured_outputs)  # a bad grammar: ValueError here
+        if self.vllm_config.parallel_config.distributed_executor_backend == "external_launcher":
+            # every torchrun rank schedules on its own: a grammar ready on one rank and not yet on another would split them
+            raise VLLMValidationError("structured_outputs are not supported with distributed_executor_backend='external_launcher'",
+                                      parameter="structured_outputs", value=params.structured_outputs)
     if not isinstance(request_id, str): raise TypeError(f"request_id must be a string, got {type(request_id)}")  # vLLM's check
     if not request_id: raise VLLMValidationError("request_id must be a non-empty string", parameter="request_id", value=request_id)
     if request_id in self.output_processor.request_states or request_id in self.output_processor.parent_requests:

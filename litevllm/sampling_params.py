@@ -31,7 +31,7 @@ class StructuredOutputsParams:
     grammar: str|None = None                   # an EBNF grammar (GBNF style: `root ::= ...`)
     json_object: bool|None = None              # any JSON object (OpenAI's `response_format={"type": "json_object"}`)
     disable_any_whitespace: bool = False       # JSON without optional whitespace (compact)
-    disable_additional_properties: bool = False  # JSON objects take only the properties the schema lists
+    disable_additional_properties: bool = False  # vLLM's guidance backend only: refused here (xgrammar), as vLLM refuses it with xgrammar
 
     _KINDS = ("json", "regex", "choice", "grammar", "json_object")
 
@@ -46,6 +46,8 @@ class StructuredOutputsParams:
         if self.choice is not None and (not isinstance(self.choice, (list, tuple)) or not self.choice or not all(isinstance(c, str) for c in self.choice)):
             raise bad(f"choice must be a non-empty list of strings, got {self.choice!r}")
         if self.grammar is not None and (not isinstance(self.grammar, str) or not self.grammar.strip()): raise bad("grammar cannot be an empty string")
+        if self.disable_additional_properties:  # vLLM: "only supported for the guidance backend"; litevllm has xgrammar only
+            raise bad("disable_additional_properties is only supported for the guidance backend (litevllm uses xgrammar)")
         if self.json_object is not None and self.json_object is not True:
             raise bad("json_object must be True if set; omit structured_outputs to disable structured outputs")
 

@@ -185,6 +185,10 @@ class StructuredOutputManager:
                 self.backend = XgrammarBackend(tok, self.vocab_size)
         return self.backend
 
+    def shutdown(self):
+        "Stop the compile pool (compiles not started are cancelled); the engine core calls it when it shuts down."
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
     def grammar_init(self, request:Request):
         "Give `request` its StructuredOutputRequest and start compiling its grammar in the pool."
         sor = request.structured_output_request = StructuredOutputRequest(request.sampling_params.structured_outputs)

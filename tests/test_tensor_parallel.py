@@ -117,13 +117,18 @@ TORCHRUN_SCRIPT = textwrap.dedent('''
     import json, sys
     import torch.distributed as dist
     from litevllm import LLM, SamplingParams
+    from litevllm.sampling_params import StructuredOutputsParams
     if __name__ == "__main__":
         model, out, prompts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
         llm = LLM(model, tensor_parallel_size=2, distributed_executor_backend="external_launcher", dtype="float32",
                   max_model_len=256, num_gpu_blocks_override=128, seed=0)
         params = [SamplingParams(temperature=0, max_tokens=12)] * len(prompts) + [SamplingParams(temperature=1.0, seed=7, max_tokens=12)]
         outs = llm.generate(prompts + prompts[:1], params, use_tqdm=False)
-        with open(f"{out}.{dist.get_rank()}", "w") as f: json.dump([list(o.outputs[0].token_ids) for o in outs], f)
+        try:  # refused: each rank compiles grammars on its own schedule, which would split the ranks' batches
+            llm.generate(prompts[:1], SamplingParams(structured_outputs=StructuredOutputsParams(choice=["a", "b"])), use_tqdm=False)
+            refused = False
+        except ValueError as e: refused = "external_launcher" in str(e)
+        with open(f"{out}.{dist.get_rank()}", "w") as f: json.dump([list(o.outputs[0].token_ids) for o in outs] + [refused], f)
 ''')
 
 
@@ -139,7 +144,7 @@ def test_torchrun_external_launcher(models, family, tmp_path):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     ranks = [json.loads((tmp_path/f"out.{i}").read_text()) for i in range(2)]
-    assert ranks[0] == ranks[1]
+    assert ranks[0] == ranks[1] and ranks[0][-1] is True  # the structured request was refused with a clear error on each rank
     one, _ = generate(path, 1, PROMPTS, SamplingParams(temperature=0, max_tokens=12))
     assert ranks[0][:len(PROMPTS)] == [list(o.outputs[0].token_ids) for o in one]
 
