@@ -49,11 +49,11 @@ def profile_peak_memory(model, vllm_config) -> int:
     torch.cuda.empty_cache()
     return peak
 
-def determine_num_blocks(vllm_config, model=None) -> int:
-    "The number of KV blocks for this config and machine (on CUDA, from a profiling run of `model` when given)."
+def determine_num_blocks(vllm_config, model=None, kv_config=None) -> int:
+    "The number of KV blocks for this config and machine (on CUDA, from a profiling run of `model` when given); `kv_config`: the KV heads this rank holds (tensor parallelism), else the model's."
     c = vllm_config
     if c.num_gpu_blocks_override: return c.num_gpu_blocks_override
-    per_block = kv_cache_bytes_per_block(c.hf_config, c.block_size, kv_cache_dtype(c))
+    per_block = kv_cache_bytes_per_block(kv_config or c.hf_config, c.block_size, kv_cache_dtype(c))
     if c.kv_cache_memory_bytes: budget = c.kv_cache_memory_bytes
     elif c.device.type == "cuda" and model is not None:
         # vLLM's rule: the engine may use total × gpu_memory_utilization; the KV pool gets what the weights, the peak

@@ -60,7 +60,7 @@ class ModelRunner:
         self.tp = tp or GroupCoordinator()
         self.model = get_model(c, self.tp)  # this rank's shard
         self.vocab_size = c.hf_config.vocab_size
-        self.num_blocks = self.tp.min(determine_num_blocks(c, self.model), c.device)  # on CUDA: from a profiling run of the model; every rank the same
+        self.num_blocks = self.tp.min(determine_num_blocks(c, self.model, self._kv_cache_config()), c.device)  # each rank's budget, its own KV heads (on CUDA: after a profiling run); every rank the same
         self.kv_caches = allocate_kv_caches(self._kv_cache_config(), self.num_blocks, c.block_size, kv_cache_dtype(c), c.device,
                                             c.attention_backend)
         head_dim = self.model.layers[0].self_attn.head_dim
