@@ -232,14 +232,14 @@ class SDPAAttentionBackend(TorchAttentionBackend):
 class CPUAttentionBackend(TorchAttentionBackend):
     "Paged attention on CPU with the C++ kernel of `litevllm.kernels.cpu_attention` (its own cache layout)."
     name = "cpu"
-    def prepare(self, md:AttentionMetadata): self.md = md
+    def prepare(self, md:AttentionMetadata): self.md, self.checked = md, False
     def __call__(self, layer_idx:int, q, k, v):
         from litevllm.kernels.cpu_attention import store_kv_cache, cpu_paged_attention
         k_cache, v_cache = self.kv_caches[layer_idx]
-        md = self.md
-        store_kv_cache(k, v, k_cache, v_cache, md.slot_mapping)
+        md, check = self.md, not self.checked  # the inputs are checked in the step's first layer: every layer's look alike
+        self.checked = store_kv_cache(k, v, k_cache, v_cache, md.slot_mapping, check=check)  # False: it fell back to torch
         return cpu_paged_attention(q, k_cache, v_cache, md.block_tables, md.seq_lens, md.query_start_loc,
-                                   md.max_query_len, self.scale)
+                                   md.max_query_len, self.scale, check=check)
 
 # %% ../nbs/07_attention.ipynb #6f41ff63
 class TritonAttentionBackend(TorchAttentionBackend):
