@@ -329,6 +329,16 @@ def plot_step_timeline(engine:list[tuple], ranks:list[list[tuple]], collectives:
     return fig
 
 # %% ../nbs/09a_executor.ipynb #7ac719ce
+def _leave_together(timeout_s:float=30):
+    "At exit of a torchrun rank: wait for the other ranks (a rank tearing its group down while a peer still talks to it can abort), then leave."
+    import datetime, torch.distributed as dist
+    if not dist.is_initialized(): return
+    try:
+        if dist.get_backend() == "gloo": dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_s))
+        else: dist.barrier()
+    except Exception: pass  # a peer is gone already: leave anyway
+    destroy_distributed_environment()
+
 class ExecutorWithExternalLauncher(UniProcExecutor):
     "One rank of a group that `torchrun` started: every rank runs the same script, its own engine and this executor."
     def _make_worker(self, c:VllmConfig) -> Worker:
@@ -341,7 +351,7 @@ class ExecutorWithExternalLauncher(UniProcExecutor):
             raise ValueError(f"tensor_parallel_size ({c.parallel_config.world_size}) must equal torchrun's WORLD_SIZE ({ws})")
         if c.device.type == "cuda": c = dataclasses.replace(c, device=torch.device("cuda", local_rank))
         tp = init_distributed_environment(ws, rank, "env://", c.device, local_rank)
-        atexit.register(destroy_distributed_environment)  # a group left to the interpreter's teardown can abort the process
+        atexit.register(_leave_together)  # a group left to the interpreter's teardown can abort the process
         return Worker(c, rank, tp)
 
     def shutdown(self): destroy_distributed_environment()  # leave the group torchrun's processes formed
