@@ -8,14 +8,15 @@ Docs: https://litevllm.github.io/litevllm/attention.html.md"""
 from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
-import math, mmap
+import contextlib, math, mmap, os
 import numpy as np, torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['kv_cache_dtype', 'kv_cache_bytes_per_block', 'profile_peak_memory', 'determine_num_blocks', 'zeros_mapped',
-           'allocate_kv_caches', 'AttentionMetadata', 'build_attention_metadata', 'plot_slots', 'TorchAttentionBackend',
-           'SDPAAttentionBackend', 'CPUAttentionBackend', 'TritonAttentionBackend', 'get_attention_backend']
+__all__ = ['PREFAULT_ENV', 'kv_cache_dtype', 'kv_cache_bytes_per_block', 'profile_peak_memory', 'determine_num_blocks',
+           'kv_prefault', 'zeros_mapped', 'allocate_kv_caches', 'AttentionMetadata', 'build_attention_metadata',
+           'plot_slots', 'TorchAttentionBackend', 'SDPAAttentionBackend', 'CPUAttentionBackend',
+           'TritonAttentionBackend', 'get_attention_backend']
 
 # %% ../nbs/07_attention.ipynb #2d696ff2
 def kv_cache_dtype(vllm_config) -> torch.dtype:
@@ -73,13 +74,25 @@ def determine_num_blocks(vllm_config, model=None, kv_config=None) -> int:
                                "or lower max_num_batched_tokens")
     return int(n)
 
-def zeros_mapped(shape, dtype:torch.dtype) -> torch.Tensor:
-    "A CPU tensor of zeros in an anonymous memory map: memory is taken when touched and given back when the tensor dies."
+PREFAULT_ENV = "LITEVLLM_CPU_KV_PREFAULT"  # "1": CPU KV pools are backed by memory when made (`litevllm serve` and `bench` set it)
+
+@contextlib.contextmanager
+def kv_prefault():
+    "Within it, CPU KV pools are backed by memory when made, unless the user's environment says otherwise; it is put back after."
+    set_here = PREFAULT_ENV not in os.environ
+    if set_here: os.environ[PREFAULT_ENV] = "1"
+    try: yield
+    finally:
+        if set_here: os.environ.pop(PREFAULT_ENV, None)
+
+def zeros_mapped(shape, dtype:torch.dtype, populate:bool=False) -> torch.Tensor:
+    "A CPU tensor of zeros in an anonymous memory map, given back when the tensor dies; memory is taken when touched, or all at once if `populate`."
     n = math.prod(shape)
-    return torch.frombuffer(mmap.mmap(-1, max(n * dtype.itemsize, 1)), dtype=dtype, count=n).view(shape)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)  # MAP_POPULATE: Linux
+    return torch.frombuffer(mmap.mmap(-1, max(n * dtype.itemsize, 1), flags=flags), dtype=dtype, count=n).view(shape)
 
 def allocate_kv_caches(hf_config, num_blocks:int, block_size:int, dtype, device,
-                       backend:str="torch") -> list[tuple[torch.Tensor, torch.Tensor]]:
+                       backend:str="torch", populate:bool|None=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
     "One (k_cache, v_cache) pair per layer: [num_blocks, block_size, num_kv_heads, head_dim], or the `cpu` kernel's layout."
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
     shape = (num_blocks, block_size, hf_config.num_key_value_heads, head_dim)
@@ -87,7 +100,8 @@ def allocate_kv_caches(hf_config, num_blocks:int, block_size:int, dtype, device,
     if backend == "cpu":  # K transposed per block and kv head (kernels_nbs/02_cpu_attention)
         from litevllm.kernels.cpu_attention import cpu_kv_cache_shapes
         k_shape, v_shape = cpu_kv_cache_shapes(*shape)
-    zeros = zeros_mapped if torch.device(device).type == "cpu" else partial(torch.zeros, device=device)
+    if populate is None: populate = os.environ.get(PREFAULT_ENV) == "1"
+    zeros = partial(zeros_mapped, populate=populate) if torch.device(device).type == "cpu" else partial(torch.zeros, device=device)
     return [(zeros(k_shape, dtype=dtype), zeros(v_shape, dtype=dtype)) for _ in range(hf_config.num_hidden_layers)]
 
 # %% ../nbs/07_attention.ipynb #cffd5782

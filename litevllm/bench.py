@@ -183,7 +183,8 @@ def main():
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
     llm = LLM(model=job["model"], dtype=job["dtype"], max_model_len=job["max_model_len"], seed=job["seed"],
-              max_num_seqs=job["max_num_seqs"], gpu_memory_utilization=job["gpu_memory_utilization"])
+              max_num_seqs=job["max_num_seqs"], gpu_memory_utilization=job["gpu_memory_utilization"],
+              kv_cache_memory_bytes=job["kv_cache_memory_bytes"])
     prompts = [TokensPrompt(prompt_token_ids=p) for p in job["prompts"]]
     params = [SamplingParams(temperature=job["temperature"], max_tokens=m, ignore_eos=True) for m in job["max_tokens"]]
     llm.generate(prompts[:1], SamplingParams(max_tokens=8, ignore_eos=True), use_tqdm=False)  # warm-up, as litevllm's
@@ -206,15 +207,17 @@ if __name__ == "__main__":  # vLLM's engine core is a spawned process, which imp
 '''
 
 def run_vllm(python:str, wl:Workload, model, dtype:str, max_model_len:int, seed:int=0, max_num_seqs:int=256,
-             ttft_prompt:list[int]|None=None, ttft_reps:int=5, threads:int|None=None, kv_fraction:float=0.15, timeout:float=3600) -> dict:
+             ttft_prompt:list[int]|None=None, ttft_reps:int=5, threads:int|None=None, kv_fraction:float=0.15, kv_cache_memory_bytes:int|None=None,
+             timeout:float=3600) -> dict:
     "Time real vLLM over `wl` in a subprocess of `python` (vLLM's own environment): a row like `run_litevllm`'s."
+    # vLLM's KV cache: `kv_cache_memory_bytes` when given, else `kv_fraction` of the memory (on CPU: of the NUMA node's)
     import subprocess, tempfile, torch
     if not Path(python).exists(): raise ValueError(f"--vllm-python {python} does not exist (build it with `make vllm-baseline`)")
     python = str(Path(python).absolute())  # the worker runs in a temporary folder; not resolve(): a venv's python is a symlink
     n = threads or torch.get_num_threads()
     env = os.environ | {"VLLM_CPU_OMP_THREADS_BIND": f"0-{n - 1}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "PYTHONUNBUFFERED": "1"}
     job = dict(model=str(model), dtype=dtype, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,
-               gpu_memory_utilization=kv_fraction,  # on CPU: the share of host memory vLLM reserves for its KV cache
+               gpu_memory_utilization=kv_fraction, kv_cache_memory_bytes=kv_cache_memory_bytes,
                prompts=wl.prompt_token_ids, max_tokens=wl.max_tokens, temperature=wl.temperature,
                ttft_prompt=ttft_prompt, ttft_reps=ttft_reps)
     with tempfile.TemporaryDirectory() as d:
@@ -291,6 +294,10 @@ def workload_from_args(ns) -> Workload:
 THROUGHPUT_COLS = ["engine", "batch", "seconds", "output_tokens", "output_tok_s", "total_tok_s", "req_s", "ttft_ms", "litevllm_speedup"]
 
 def cmd_throughput(ns) -> int:
+    from litevllm.attention import kv_prefault
+    with kv_prefault(): return _throughput(ns)  # the KV pool backed by memory at start, as vLLM's (07_attention)
+
+def _throughput(ns) -> int:
     from litevllm.config import EngineArgs
     from litevllm.llm import LLM
     wl = workload_from_args(ns)
@@ -305,7 +312,10 @@ def cmd_throughput(ns) -> int:
     if ns.baseline == "vllm":
         dtype = str(cfg.dtype).removeprefix("torch.")
         results.append(run_vllm(ns.vllm_python, wl, cfg.model_path, dtype, cfg.max_model_len, cfg.seed, cfg.max_num_seqs,
-                                ttft_prompt=ttft_prompt, kv_fraction=0.15 if cfg.device.type == "cpu" else cfg.gpu_memory_utilization))
+                                ttft_prompt=ttft_prompt, kv_fraction=cfg.gpu_memory_utilization,
+                                # on CPU the KV cache litevllm has (2 GiB unless set, 07_attention): a share of the
+                                # node's memory would depend on the machine (and fail where the node is small)
+                                kv_cache_memory_bytes=cfg.kv_cache_memory_bytes or (2 * 2**30 if cfg.device.type == "cpu" else None)))
         print(f"{results[-1]['engine']}: {results[-1]['output_tok_s']:.1f} output tok/s", flush=True)
     if ns.baseline == "hf":
         hf = load_hf_model(cfg.model_path, cfg.dtype, cfg.device)
@@ -371,6 +381,10 @@ def bench_latency(llm, prompt_lens=(32, 128, 512), batch_sizes=(1, 8), output_le
 
 # %% ../nbs/30_benchmarks.ipynb #0560bbb9
 def cmd_latency(ns) -> int:
+    from litevllm.attention import kv_prefault
+    with kv_prefault(): return _latency(ns)
+
+def _latency(ns) -> int:
     from litevllm.llm import LLM
     kw = engine_kwargs(ns)
     llm = LLM(ns.model, **kw)

@@ -8,10 +8,11 @@ Docs: https://litevllm.github.io/litevllm/sampler.html.md"""
 from __future__ import annotations
 from dataclasses import dataclass, field
 import torch
+import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['SamplingMetadata', 'make_sampling_metadata', 'apply_penalties', 'apply_min_p', 'apply_top_k_top_p', 'random_sample',
-           'LogprobsTensors', 'gather_logprobs', 'SamplerOutput', 'Sampler']
+__all__ = ['SamplingMetadata', 'make_sampling_metadata', 'apply_penalties', 'apply_min_p', 'apply_top_k_top_p', 'inverse_cdf',
+           'random_sample', 'argmax_rows', 'LogprobsTensors', 'gather_logprobs', 'SamplerOutput', 'Sampler']
 
 # %% ../nbs/08_sampler.ipynb #223a1df5
 @dataclass
@@ -119,15 +120,36 @@ def apply_top_k_top_p(logits, k:torch.Tensor|None, p:torch.Tensor|None):
     return logits_sort.scatter(1, idx, logits_sort)
 
 # %% ../nbs/08_sampler.ipynb #d569923a
+def inverse_cdf(probs, u, block:int=64):
+    "Per row of `probs` (B, V), the first token whose cumulative probability is above `u` (B, 1) times the row's total."
+    B, V = probs.shape
+    n = -(-V // block)
+    pb = (F.pad(probs, (0, n * block - V)) if V % block else probs).reshape(B, n, block)  # (B, n, block)
+    bcdf = pb.sum(-1).cumsum(-1)                                      # (B, n): cumulative sums at block ends
+    target = u * bcdf[:, -1:]                                         # (B, 1)
+    # right=True: the first block (then token) whose cdf is strictly above the target, so no zero-probability one is
+    # chosen; capped at the last block (token) that adds probability, for a target rounded up to the total
+    blk = torch.searchsorted(bcdf, target, right=True).minimum((bcdf < bcdf[:, -1:]).sum(-1, keepdim=True))  # (B, 1)
+    before = bcdf.gather(1, (blk - 1).clamp(min=0)) * (blk > 0)       # (B, 1): the probability of the blocks before
+    icdf = pb[torch.arange(B, device=probs.device), blk.squeeze(1)].cumsum(-1)  # (B, block): inside the chosen block
+    j = torch.searchsorted(icdf, target - before, right=True).minimum((icdf < icdf[:, -1:]).sum(-1, keepdim=True))
+    return (blk * block + j).squeeze(1)                               # (B,)
+
 def random_sample(probs, generators:dict[int, torch.Generator], engine_generator:torch.Generator|None=None):
     "One token per row of `probs` by inverse CDF; rows with a generator draw their uniform number from it."
     u = torch.rand(probs.shape[0], 1, generator=engine_generator, device=probs.device) if len(generators) < probs.shape[0] \
         else torch.empty(probs.shape[0], 1, device=probs.device)
     for i, g in generators.items(): u[i] = torch.rand(1, generator=g, device=probs.device)
-    cdf = probs.cumsum(-1)                                            # (B, V)
-    # right=True: the first token whose cdf is strictly above u * total, so a zero-probability token is never chosen
-    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)        # (B, 1)
-    return idx.squeeze(1).clamp_(max=probs.shape[1] - 1)
+    return inverse_cdf(probs, u)
+
+# %% ../nbs/08_sampler.ipynb #a8cbaebb
+def argmax_rows(x, block:int=64):
+    "`x.argmax(-1)` for (B, V) on a CPU, as a block maximum then a short argmax (torch's CPU argmax over long rows is slow)."
+    B, V = x.shape
+    if x.device.type != "cpu" or V % block: return x.argmax(-1)
+    xb = x.reshape(B, V // block, block)                          # (B, n, block)
+    blk = xb.amax(-1).argmax(-1)                                  # (B,): the first block holding the maximum
+    return blk * block + xb[torch.arange(B), blk].argmax(-1)
 
 # %% ../nbs/08_sampler.ipynb #ac2357c5
 @dataclass
@@ -159,7 +181,7 @@ class Sampler:
     def __call__(self, logits, md:SamplingMetadata) -> SamplerOutput:
         raw_logprobs = logits.float().log_softmax(-1) if md.max_num_logprobs is not None else None
         logits = self.apply_logits_processors(logits.float(), md)
-        greedy = logits.argmax(-1) if not md.all_random else None
+        greedy = argmax_rows(logits) if not md.all_random else None
         if md.all_greedy: sampled = greedy
         else:
             t = torch.where(md.temperature > 0, md.temperature, torch.ones_like(md.temperature))

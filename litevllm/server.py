@@ -23,6 +23,7 @@ from .config import DEFAULT_MODEL_NAME
 from .sampling_params import SamplingParams, RequestOutputKind
 from .inputs import apply_chat_template
 from .async_llm import AsyncLLM, AsyncEngineArgs, EngineDeadError, EngineGenerateError
+from .attention import kv_prefault
 from .cli import add_engine_args, engine_kwargs
 from typing import Literal
 from pydantic import Field, ValidationError
@@ -826,6 +827,7 @@ def threading_main() -> bool:
     import threading
     return threading.current_thread() is threading.main_thread()
 
+@kv_prefault()  # a server lives long: its KV pool is backed by memory at start (07_attention)
 def cmd_serve(ns) -> int:
     model = ns.model or ns.model_flag
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(name)s: %(message)s")

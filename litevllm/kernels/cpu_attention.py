@@ -16,10 +16,12 @@ __all__ = ['CPU_ATTENTION_SRC', 'CPU_ATTENTION_HEAD_DIMS', 'CPU_ATTENTION_BLOCK_
 # %% ../../kernels_nbs/02_cpu_attention.ipynb #a2613e76
 CPU_ATTENTION_SRC = r'''
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 typedef uint16_t bf16;                              // bfloat16 bits: the high half of a float32
 typedef float vf __attribute__((vector_size(64)));  // 16 floats: one block of keys in one register
@@ -30,8 +32,12 @@ constexpr int MAX_ROWS = 64;  // query rows per work item: query tokens x the qu
 
 static inline vf load16(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
 static inline vf load16(const bf16* p) {  // 16 bf16 -> 16 float32
+#ifdef __AVX512F__  // one widening load (the generic code below compiles to two halves)
+  return (vf)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+#else
   vh h; std::memcpy(&h, p, sizeof h);
   vu u = __builtin_convertvector(h, vu) << 16; vf f; std::memcpy(&f, &u, sizeof f); return f;
+#endif
 }
 static inline float to_f32(float x) { return x; }
 static inline float to_f32(bf16 x) { uint32_t u = uint32_t(x) << 16; float f; std::memcpy(&f, &u, 4); return f; }
@@ -40,11 +46,40 @@ static inline void store(float f, bf16* dst) {  // round to nearest even, as tor
   uint32_t u; std::memcpy(&u, &f, 4); *dst = bf16((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-template <typename T>  // ask for one block's K and V (of kv head h) to be brought into the cache
+// e^x for 16 floats, inline (a call to libm's vector exp makes the compiler spill every live register around it):
+// e^x = 2^n e^r, n = round(x / ln 2), |r| <= ln 2 / 2, e^r by its Taylor polynomial to degree 6 (relative error ~2e-7)
+static inline vf exp16(vf x) {
+  typedef int32_t vi __attribute__((vector_size(64)));
+  x = x < -87.f ? -87.f : x;                                                  // e^-87 ~ 1.6e-38: the end of float32
+  const vi ni = __builtin_convertvector(x * 1.44269504f + 126.5f, vi) - 126;  // round(x / ln 2) (the sum is > 0)
+  const vf n = __builtin_convertvector(ni, vf);
+  const vf r = (x - n * 0.693359375f) + n * 2.12194440e-4f;                  // x - n ln 2, ln 2 split in two
+  vf p = r * (1.f / 720) + 1.f / 120;
+  p = p * r + 1.f / 24; p = p * r + 1.f / 6; p = p * r + 0.5f; p = p * r + 1.f; p = p * r + 1.f;
+  const vi e = (ni + 127) << 23; vf two_n; std::memcpy(&two_n, &e, sizeof two_n);
+  return p * two_n;
+}
+static inline float hmax(vf v) {
+#ifdef __AVX512F__
+  return _mm512_reduce_max_ps((__m512)v);
+#else
+  float m = v[0]; for (int j = 1; j < 16; j++) m = std::max(m, v[j]); return m;
+#endif
+}
+static inline float hsum(vf v) {
+#ifdef __AVX512F__
+  return _mm512_reduce_add_ps((__m512)v);
+#else
+  float m = 0.f; for (int j = 0; j < 16; j++) m += v[j]; return m;
+#endif
+}
+
+constexpr int AHEAD = 4;  // blocks prefetched ahead of the one being read
+template <typename T>  // ask for one block's K and V (of kv head h) to be brought into the L2 cache (locality 1)
 static inline void prefetch_block(const T* kc, const T* vc, int64_t blk, int Hkv, int h, int D) {
   const char* k = (const char*)(kc + (blk * Hkv + h) * D * BS);
   const char* v = (const char*)(vc + (blk * Hkv + h) * BS * D);
-  for (int i = 0; i < int(D * BS * sizeof(T)); i += 64) { __builtin_prefetch(k + i); __builtin_prefetch(v + i); }
+  for (int i = 0; i < int(D * BS * sizeof(T)); i += 64) { __builtin_prefetch(k + i, 0, 1); __builtin_prefetch(v + i, 0, 1); }
 }
 
 // One work item: R query rows (query tokens i0..i0+nq of one request x the G query heads of kv head h) against the
@@ -66,35 +101,43 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
     m[r] = -1e30f; l[r] = 0.f; pos[r] = first_pos + rr / G;
   }
   vf iota; for (int j = 0; j < BS; j++) iota[j] = j;
-  prefetch_block(kc, vc, table[0], Hkv, h, D);
-  if (BS < n_keys) prefetch_block(kc, vc, table[1], Hkv, h, D);
+  for (int k = 0; k < AHEAD && k * BS < n_keys; k++) prefetch_block(kc, vc, table[k], Hkv, h, D);
   for (int k0 = 0; k0 < n_keys; k0 += BS) {
-    if (k0 + 2 * BS < n_keys) prefetch_block(kc, vc, table[k0 / BS + 2], Hkv, h, D);
+    if (k0 + AHEAD * BS < n_keys) prefetch_block(kc, vc, table[k0 / BS + AHEAD], Hkv, h, D);
     const int64_t blk = table[k0 / BS];
     const T* Kb = kc + (blk * Hkv + h) * D * BS;  // K transposed: [D][BS]
     const T* Vb = vc + (blk * Hkv + h) * BS * D;  // V: [BS][D]
     for (int r0 = 0; r0 < Rp; r0 += RT) {
       if (pos[r0 + RT - 1] < k0) continue;  // causal: no row of the tile sees this block
-      vf s[RT];                              // scores of the tile's rows for the block's 16 keys
-      for (int t = 0; t < RT; t++) s[t] = vf{};
-      for (int d = 0; d < D; d++) {
-        const vf kd = load16(Kb + d * BS);
-        for (int t = 0; t < RT; t++) s[t] += Q[r0 + t][d] * kd;
-      }
-      float p[RT][BS];                       // softmax weights, relative to each row's running max
+      constexpr int NA = RT >= 4 ? 2 : RT == 1 ? 8 : 4;  // sums per row: RT * NA >= 8 chains of FMAs in flight
+      vf s[RT], sa[RT][NA];                  // scores of the tile's rows for the block's 16 keys
+      for (int t = 0; t < RT; t++) for (int a = 0; a < NA; a++) sa[t][a] = vf{};
+      for (int d = 0; d < D; d += NA)
+        for (int a = 0; a < NA; a++) {
+          const vf kd = load16(Kb + (d + a) * BS);
+          for (int t = 0; t < RT; t++) sa[t][a] += Q[r0 + t][d + a] * kd;
+        }
+      for (int t = 0; t < RT; t++) { s[t] = sa[t][0]; for (int a = 1; a < NA; a++) s[t] += sa[t][a]; }
+      vf p[RT], a[RT][C], dm = vf{};         // softmax weights (relative to each row's running max), accumulators
       for (int t = 0; t < RT; t++) {
         const int r = r0 + t, lim = std::min(BS, pos[r] + 1 - k0);  // keys of this block that row r sees
-        float mx = m[r], x[BS], sum = 0.f;
-        for (int j = 0; j < BS; j++) mx = std::max(mx, j < lim ? s[t][j] : -1e30f);
-        for (int j = 0; j < BS; j++) x[j] = s[t][j] - mx;
-        for (int j = 0; j < BS; j++) p[t][j] = std::exp(x[j]);
-        for (int j = 0; j < BS; j++) { p[t][j] = j < lim ? p[t][j] : 0.f; sum += p[t][j]; }
-        const float corr = std::exp(m[r] - mx);  // rescale what was summed under the old max
-        l[r] = l[r] * corr + sum; m[r] = mx;
-        for (int c = 0; c < C; c++) acc[r][c] *= corr;
+        const auto valid = iota < float(lim);  // keys past row r's position: out
+        const float mx = std::max(m[r], hmax(valid ? s[t] : -1e30f));
+        p[t] = valid ? exp16(s[t] - mx) : vf{};
+        dm[t] = m[r] - mx; m[r] = mx;
+        if constexpr (RT < 4) {              // decode tiles: each row's rescale on its own (measured faster there)
+          const float corr = exp16(vf{} + dm[t])[0];
+          l[r] = l[r] * corr + hsum(p[t]);
+          for (int c = 0; c < C; c++) a[t][c] = acc[r][c] * corr;
+        }
       }
-      vf a[RT][C];
-      for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) a[t][c] = acc[r0 + t][c];
+      if constexpr (RT >= 4) {               // the tile's rescale factors in one exp: what was summed under the old max
+        const vf corr = exp16(dm);
+        for (int t = 0; t < RT; t++) {
+          l[r0 + t] = l[r0 + t] * corr[t] + hsum(p[t]);
+          for (int c = 0; c < C; c++) a[t][c] = acc[r0 + t][c] * corr[t];
+        }
+      }
       for (int j = 0; j < BS; j++) {
         vf v[C];
         for (int c = 0; c < C; c++) v[c] = load16(Vb + j * D + c * 16);
