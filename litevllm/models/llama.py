@@ -244,7 +244,7 @@ def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
     model = model.to(device=vllm_config.device, dtype=vllm_config.dtype).eval()
     prepack_linears(model)  # CPU: oneDNN's blocked weights (a no-op on CUDA, or where oneDNN is missing)
     if sharded: prepack_lm_head(model)  # the parallel LM head is not an nn.Linear: packed apart
-    if vllm_config.attention_backend == "cpu":  # the C++ kernels: RMSNorm, rotary, SwiGLU too (kernels_nbs/03_cpu_layer_ops)
+    if vllm_config.attention_backend == "cpu":  # the C++ kernels: RMSNorm (with the residual add), rotary, SwiGLU too (kernels_nbs/03_cpu_layer_ops)
         from litevllm.kernels.cpu_ops import use_cpu_ops
         use_cpu_ops(model)
     return model
