@@ -8,12 +8,13 @@ import ctypes
 import torch
 from torch import nn
 import torch.nn.functional as F
-from ..models.llama import RMSNorm, RotaryEmbedding, MLP, DecoderLayer, LlamaForCausalLM
+from ..models.llama import RMSNorm, RotaryEmbedding, MLP, DecoderLayer, LlamaForCausalLM, PackedLinear
 from .cpu_attention import build_cpu_library
 
 # %% auto #0
-__all__ = ['CPU_OPS_SRC', 'load_cpu_ops', 'rms_norm', 'fused_add_rms_norm', 'rotary_', 'silu_and_mul', 'CPURMSNorm',
-           'CPURotaryEmbedding', 'CPUMLP', 'CPUDecoderLayer', 'CPULlamaForCausalLM', 'use_cpu_ops']
+__all__ = ['CPU_OPS_SRC', 'FEW_ROWS', 'load_cpu_ops', 'rms_norm', 'fused_add_rms_norm', 'rotary_', 'silu_and_mul',
+           'linear_few_rows', 'reads_packed_weight', 'CPURMSNorm', 'CPURotaryEmbedding', 'CPUMLP', 'CPUPackedLinear',
+           'CPUDecoderLayer', 'CPULlamaForCausalLM', 'use_cpu_ops']
 
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #90ea788e
 CPU_OPS_SRC = r'''
@@ -126,7 +127,51 @@ static void silu_and_mul(const T* x, T* out, int64_t rows, int I) {
   }
 }
 
+// y (M, N) = x (M, K; row stride xs) W^T + bias for the few rows of a decode step, reading W where oneDNN packed it:
+// in float32 on AVX-512 that is [N/64][K][64], each block of 64 outputs with input k's 64 weights side by side. A
+// thread takes whole blocks, so each streams its part of W once, front to back; rows go MT = 6 at a time
+// (6 x 4 accumulators and 4 weight vectors: 28 of the 32 vector registers).
+template <int MT>
+static inline void rows_x_block(const float* x, int64_t xs, const float* w, const float* bias, float* y, int64_t ys, int K) {
+  vf acc[MT][4];
+  for (int m = 0; m < MT; m++) for (int c = 0; c < 4; c++) acc[m][c] = vf{};
+  for (int k = 0; k < K; k++) {
+    const float* wk = w + int64_t(k) * 64;
+    const vf w0 = load16(wk), w1 = load16(wk + 16), w2 = load16(wk + 32), w3 = load16(wk + 48);
+    for (int m = 0; m < MT; m++) {
+      const float xm = x[m * xs + k];
+      acc[m][0] += xm * w0; acc[m][1] += xm * w1; acc[m][2] += xm * w2; acc[m][3] += xm * w3;
+    }
+  }
+  for (int m = 0; m < MT; m++)
+    for (int c = 0; c < 4; c++) store16(bias ? acc[m][c] + load16(bias + 16 * c) : acc[m][c], y + m * ys + 16 * c);
+}
+
+template <int MT>
+static inline void rows_x_block_tail(int64_t n, const float* x, int64_t xs, const float* w, const float* bias, float* y, int64_t ys, int K) {
+  if constexpr (MT > 0) { if (n == MT) rows_x_block<MT>(x, xs, w, bias, y, ys, K); else rows_x_block_tail<MT - 1>(n, x, xs, w, bias, y, ys, K); }
+}
+
+static int linear_few_rows(const float* x, int64_t xs, const float* w, const float* bias, float* y, int64_t M, int K, int N) {
+#ifdef __AVX512F__
+  if (N % 64) return 1;
+#pragma omp parallel for schedule(static)
+  for (int nb = 0; nb < N / 64; nb++) {
+    const float* wb = w + int64_t(nb) * K * 64; const float* bb = bias ? bias + 64 * nb : nullptr;
+    int64_t m = 0;
+    for (; m + 6 <= M; m += 6) rows_x_block<6>(x + m * xs, xs, wb, bb, y + m * N + 64 * nb, N, K);
+    rows_x_block_tail<5>(M - m, x + m * xs, xs, wb, bb, y + m * N + 64 * nb, N, K);
+  }
+  return 0;
+#else
+  return 1;  // without AVX-512 oneDNN packs for narrower registers: its own kernel runs every linear layer
+#endif
+}
+
 extern "C" {
+int litevllm_linear_few_rows(const float* x, int64_t xs, const float* w, const float* bias, float* y, int64_t M, int K, int N) {
+  return linear_few_rows(x, xs, w, bias, y, M, K, N);
+}
 void litevllm_rms_norm(int bf, const void* x, void* residual, const void* w, void* y, int64_t rows, int n, float eps) {
   if (bf) rms_norm((const bf16*)x, (bf16*)residual, (const bf16*)w, (bf16*)y, rows, n, eps);
   else rms_norm((const float*)x, (float*)residual, (const float*)w, (float*)y, rows, n, eps);
@@ -188,6 +233,32 @@ def silu_and_mul(x:torch.Tensor) -> torch.Tensor:
     load_cpu_ops().litevllm_silu_and_mul(_dtype_flag(x), _P(x.data_ptr()), _P(out.data_ptr()), _i64(x.shape[0]), out.shape[1])
     return out
 
+# %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #58941236
+FEW_ROWS = 64  # at most this many rows go to `linear_few_rows`; oneDNN's GEMM takes more (prefill)
+
+def linear_few_rows(x:torch.Tensor, lin:PackedLinear) -> torch.Tensor:
+    "`lin(x)` for the rows of `x` (rows, in), float32, with the C++ kernel reading `lin`'s oneDNN-packed weight in place."
+    if x.dtype != torch.float32 or x.dim() != 2 or x.shape[1] != lin.in_features: raise ValueError(f"x must be float32 (rows, {lin.in_features}), got {x.dtype} {tuple(x.shape)}")
+    if x.stride(1) != 1: x = x.contiguous()
+    y = x.new_empty(x.shape[0], lin.out_features)
+    b = lin.bias
+    rc = load_cpu_ops().litevllm_linear_few_rows(_P(x.data_ptr()), _i64(x.stride(0)), _P(torch.ops.mkldnn.data_ptr(lin.packed)),
+                                                 _P(b.data_ptr()) if b is not None else None, _P(y.data_ptr()),
+                                                 _i64(x.shape[0]), lin.in_features, lin.out_features)
+    if rc: raise ValueError("this CPU's packed layout is not the one linear_few_rows reads (AVX-512, float32, out_features a multiple of 64)")
+    return y
+
+def reads_packed_weight(lin:PackedLinear) -> bool:
+    "Does `linear_few_rows` compute what oneDNN computes from `lin`'s packed weight? (float32; checked on 3 random rows.)"
+    if load_cpu_ops() is None or not hasattr(torch.ops.mkldnn, "data_ptr") or lin.packed.dtype != torch.float32: return False
+    if lin.out_features % 64 or torch.ops.mkldnn._nbytes(lin.packed) != 4 * lin.in_features * lin.out_features: return False
+    x = torch.randn(3, lin.in_features, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        try: got = linear_few_rows(x, lin)
+        except ValueError: return False
+        want = PackedLinear.forward(lin, x)
+    return torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #14a8db57
 class CPURMSNorm(RMSNorm):
     "`RMSNorm` as one C++ op; given the residual stream too, the residual add first (vLLM's `fused_add_rms_norm`)."
@@ -208,6 +279,12 @@ class CPURotaryEmbedding(nn.Module):
 class CPUMLP(MLP):
     "SwiGLU with `silu_and_mul`."
     def forward(self, x): return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+
+class CPUPackedLinear(PackedLinear):
+    "`PackedLinear` whose few-row calls (a decode step's) go to `linear_few_rows`; `use_cpu_ops` checks its weight first."
+    def forward(self, x):
+        if x.dim() == 2 and x.shape[0] <= FEW_ROWS and x.dtype == torch.float32: return linear_few_rows(x, self)
+        return super().forward(x)
 
 class CPUDecoderLayer(DecoderLayer):
     "A decoder layer that hands the residual stream to the next one, as vLLM's do: each norm adds the residual first."
@@ -235,6 +312,7 @@ def use_cpu_ops(model:LlamaForCausalLM) -> int:
     n = 0
     for m in list(model.modules()):
         if type(m) in swap: m.__class__ = swap[type(m)]; n += 1  # the subclasses add no state: the weights stay put
+        elif type(m) is PackedLinear and reads_packed_weight(m): m.__class__ = CPUPackedLinear; n += 1
     rope = CPURotaryEmbedding(model.layers[0].self_attn.rope)
     for layer in model.layers: layer.self_attn.rope = rope
     return n + 1
