@@ -21,6 +21,7 @@ CPU_OPS_SRC = r'''
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -147,30 +148,69 @@ static inline void rows_x_block(const float* x, int64_t xs, const float* w, cons
     for (int c = 0; c < 4; c++) store16(bias ? acc[m][c] + load16(bias + 16 * c) : acc[m][c], y + m * ys + 16 * c);
 }
 
+#ifdef __AVX512BF16__
+// The same for bfloat16, where oneDNN packs [N/64][K/2][64][2]: inputs k and k+1 of each output side by side, the pair
+// vdpbf16ps multiplies and adds into one float32 lane. Needs K even; the sums are float32, rounded to bf16 once.
 template <int MT>
-static inline void rows_x_block_tail(int64_t n, const float* x, int64_t xs, const float* w, const float* bias, float* y, int64_t ys, int K) {
-  if constexpr (MT > 0) { if (n == MT) rows_x_block<MT>(x, xs, w, bias, y, ys, K); else rows_x_block_tail<MT - 1>(n, x, xs, w, bias, y, ys, K); }
+static inline void rows_x_block_bf16(const bf16* x, int64_t xs, const bf16* w, const bf16* bias, bf16* y, int64_t ys, int K) {
+  __m512 acc[MT][4];
+  for (int m = 0; m < MT; m++) for (int c = 0; c < 4; c++) acc[m][c] = _mm512_setzero_ps();
+  for (int k = 0; k < K; k += 2) {
+    const bf16* wk = w + int64_t(k) * 64;
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wk), w1 = (__m512bh)_mm512_loadu_si512(wk + 32);
+    const __m512bh w2 = (__m512bh)_mm512_loadu_si512(wk + 64), w3 = (__m512bh)_mm512_loadu_si512(wk + 96);
+    for (int m = 0; m < MT; m++) {
+      uint32_t pair; std::memcpy(&pair, x + m * xs + k, 4);
+      const __m512bh xm = (__m512bh)_mm512_set1_epi32(int(pair));
+      acc[m][0] = _mm512_dpbf16_ps(acc[m][0], xm, w0); acc[m][1] = _mm512_dpbf16_ps(acc[m][1], xm, w1);
+      acc[m][2] = _mm512_dpbf16_ps(acc[m][2], xm, w2); acc[m][3] = _mm512_dpbf16_ps(acc[m][3], xm, w3);
+    }
+  }
+  for (int m = 0; m < MT; m++)
+    for (int c = 0; c < 4; c++) {
+      const vf v = (vf)acc[m][c];
+      store16(bias ? v + load16(bias + 16 * c) : v, y + m * ys + 16 * c);
+    }
+}
+#endif
+
+template <typename T, int MT>  // MT rows of x against one block of 64 outputs
+static inline void rows_x_block_t(const T* x, int64_t xs, const T* w, const T* bias, T* y, int64_t ys, int K) {
+  if constexpr (std::is_same_v<T, float>) rows_x_block<MT>(x, xs, w, bias, y, ys, K);
+#ifdef __AVX512BF16__
+  else rows_x_block_bf16<MT>(x, xs, w, bias, y, ys, K);
+#endif
+}
+template <typename T, int MT>  // the last n < 6 rows
+static inline void rows_x_block_tail(int64_t n, const T* x, int64_t xs, const T* w, const T* bias, T* y, int64_t ys, int K) {
+  if constexpr (MT > 0) {
+    if (n == MT) rows_x_block_t<T, MT>(x, xs, w, bias, y, ys, K); else rows_x_block_tail<T, MT - 1>(n, x, xs, w, bias, y, ys, K);
+  }
 }
 
-static int linear_few_rows(const float* x, int64_t xs, const float* w, const float* bias, float* y, int64_t M, int K, int N) {
-#ifdef __AVX512F__
-  if (N % 64) return 1;
+template <typename T>
+static void linear_few_rows(const T* x, int64_t xs, const T* w, const T* bias, T* y, int64_t M, int K, int N) {
 #pragma omp parallel for schedule(static)
   for (int nb = 0; nb < N / 64; nb++) {
-    const float* wb = w + int64_t(nb) * K * 64; const float* bb = bias ? bias + 64 * nb : nullptr;
+    const T* wb = w + int64_t(nb) * K * 64; const T* bb = bias ? bias + 64 * nb : nullptr;
     int64_t m = 0;
-    for (; m + 6 <= M; m += 6) rows_x_block<6>(x + m * xs, xs, wb, bb, y + m * N + 64 * nb, N, K);
-    rows_x_block_tail<5>(M - m, x + m * xs, xs, wb, bb, y + m * N + 64 * nb, N, K);
+    for (; m + 6 <= M; m += 6) rows_x_block_t<T, 6>(x + m * xs, xs, wb, bb, y + m * N + 64 * nb, N, K);
+    rows_x_block_tail<T, 5>(M - m, x + m * xs, xs, wb, bb, y + m * N + 64 * nb, N, K);
   }
-  return 0;
-#else
-  return 1;  // without AVX-512 oneDNN packs for narrower registers: its own kernel runs every linear layer
-#endif
 }
 
 extern "C" {
-int litevllm_linear_few_rows(const float* x, int64_t xs, const float* w, const float* bias, float* y, int64_t M, int K, int N) {
-  return linear_few_rows(x, xs, w, bias, y, M, K, N);
+// 0: done; 1: not this layout (no AVX-512, or AVX512-BF16 for bfloat16; N not whole blocks; K odd in bfloat16)
+int litevllm_linear_few_rows(int bf, const void* x, int64_t xs, const void* w, const void* bias, void* y, int64_t M, int K, int N) {
+#ifdef __AVX512F__
+  if (N % 64) return 1;
+  if (!bf) { linear_few_rows((const float*)x, xs, (const float*)w, (const float*)bias, (float*)y, M, K, N); return 0; }
+#ifdef __AVX512BF16__
+  if (K % 2) return 1;
+  linear_few_rows((const bf16*)x, xs, (const bf16*)w, (const bf16*)bias, (bf16*)y, M, K, N); return 0;
+#endif
+#endif
+  return 1;  // elsewhere oneDNN packs for narrower registers (or bfloat16 without vdpbf16ps): its kernel runs every layer
 }
 void litevllm_rms_norm(int bf, const void* x, void* residual, const void* w, void* y, int64_t rows, int n, float eps) {
   if (bf) rms_norm((const bf16*)x, (bf16*)residual, (const bf16*)w, (bf16*)y, rows, n, eps);
@@ -237,27 +277,30 @@ def silu_and_mul(x:torch.Tensor) -> torch.Tensor:
 FEW_ROWS = 64  # at most this many rows go to `linear_few_rows`; oneDNN's GEMM takes more (prefill)
 
 def linear_few_rows(x:torch.Tensor, lin:PackedLinear) -> torch.Tensor:
-    "`lin(x)` for the rows of `x` (rows, in), float32, with the C++ kernel reading `lin`'s oneDNN-packed weight in place."
-    if x.dtype != torch.float32 or x.dim() != 2 or x.shape[1] != lin.in_features: raise ValueError(f"x must be float32 (rows, {lin.in_features}), got {x.dtype} {tuple(x.shape)}")
+    "`lin(x)` for the rows of `x` (rows, in) with the C++ kernel reading `lin`'s oneDNN-packed weight in place."
+    if x.dtype != lin.packed.dtype or x.dim() != 2 or x.shape[1] != lin.in_features:
+        raise ValueError(f"x must be {lin.packed.dtype} (rows, {lin.in_features}), got {x.dtype} {tuple(x.shape)}")
     if x.stride(1) != 1: x = x.contiguous()
     y = x.new_empty(x.shape[0], lin.out_features)
     b = lin.bias
-    rc = load_cpu_ops().litevllm_linear_few_rows(_P(x.data_ptr()), _i64(x.stride(0)), _P(torch.ops.mkldnn.data_ptr(lin.packed)),
+    rc = load_cpu_ops().litevllm_linear_few_rows(_dtype_flag(x), _P(x.data_ptr()), _i64(x.stride(0)), _P(torch.ops.mkldnn.data_ptr(lin.packed)),
                                                  _P(b.data_ptr()) if b is not None else None, _P(y.data_ptr()),
                                                  _i64(x.shape[0]), lin.in_features, lin.out_features)
-    if rc: raise ValueError("this CPU's packed layout is not the one linear_few_rows reads (AVX-512, float32, out_features a multiple of 64)")
+    if rc: raise ValueError("not a packed layout linear_few_rows reads (it needs AVX-512, and AVX512-BF16 for bfloat16; out_features a multiple of 64)")
     return y
 
 def reads_packed_weight(lin:PackedLinear) -> bool:
-    "Does `linear_few_rows` compute what oneDNN computes from `lin`'s packed weight? (float32; checked on 3 random rows.)"
-    if load_cpu_ops() is None or not hasattr(torch.ops.mkldnn, "data_ptr") or lin.packed.dtype != torch.float32: return False
-    if lin.out_features % 64 or torch.ops.mkldnn._nbytes(lin.packed) != 4 * lin.in_features * lin.out_features: return False
-    x = torch.randn(3, lin.in_features, generator=torch.Generator().manual_seed(0))
+    "Does `linear_few_rows` compute what oneDNN computes from `lin`'s packed weight? (Checked on 3 random rows.)"
+    dt = lin.packed.dtype
+    if load_cpu_ops() is None or not hasattr(torch.ops.mkldnn, "data_ptr") or dt not in (torch.float32, torch.bfloat16): return False
+    if lin.out_features % 64 or torch.ops.mkldnn._nbytes(lin.packed) != dt.itemsize * lin.in_features * lin.out_features: return False
+    x = torch.randn(3, lin.in_features, generator=torch.Generator().manual_seed(0)).to(dt)
     with torch.no_grad():
-        try: got = linear_few_rows(x, lin)
+        try: got = linear_few_rows(x, lin).float()
         except ValueError: return False
-        want = PackedLinear.forward(lin, x)
-    return torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+        want = PackedLinear.forward(lin, x).float()
+    tol = 1e-4 if dt == torch.float32 else 2e-2  # bfloat16: both round the same float32 sums, added in another order
+    return torch.allclose(got, want, rtol=tol, atol=tol * float(want.abs().max()))
 
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #14a8db57
 class CPURMSNorm(RMSNorm):
@@ -283,7 +326,7 @@ class CPUMLP(MLP):
 class CPUPackedLinear(PackedLinear):
     "`PackedLinear` whose few-row calls (a decode step's) go to `linear_few_rows`; `use_cpu_ops` checks its weight first."
     def forward(self, x):
-        if x.dim() == 2 and x.shape[0] <= FEW_ROWS and x.dtype == torch.float32: return linear_few_rows(x, self)
+        if x.dim() == 2 and x.shape[0] <= FEW_ROWS and x.dtype == self.packed.dtype: return linear_few_rows(x, self)
         return super().forward(x)
 
 class CPUDecoderLayer(DecoderLayer):
