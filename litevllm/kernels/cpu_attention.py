@@ -9,26 +9,23 @@ from pathlib import Path
 import torch
 
 # %% auto #0
-__all__ = ['CPU_ATTENTION_SRC', 'CPU_ATTENTION_HEAD_DIMS', 'CPU_ATTENTION_BLOCK_SIZE', 'logger', 'build_cpu_library',
-           'load_cpu_attention', 'cpu_kv_cache_shapes', 'to_cpu_layout', 'store_kv_cache_ref', 'store_kv_cache',
-           'cpu_paged_attention', 'bench_cpu_attention']
+__all__ = ['CPU_VECTOR_SRC', 'CPU_ATTENTION_SRC', 'CPU_ATTENTION_HEAD_DIMS', 'CPU_ATTENTION_BLOCK_SIZE', 'logger',
+           'build_cpu_library', 'load_cpu_attention', 'cpu_kv_cache_shapes', 'to_cpu_layout', 'store_kv_cache_ref',
+           'store_kv_cache', 'cpu_paged_attention', 'bench_cpu_attention']
 
 # %% ../../kernels_nbs/02_cpu_attention.ipynb #a2613e76
-CPU_ATTENTION_SRC = r'''
+CPU_VECTOR_SRC = r'''
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
 
 typedef uint16_t bf16;                              // bfloat16 bits: the high half of a float32
-typedef float vf __attribute__((vector_size(64)));  // 16 floats: one block of keys in one register
+typedef float vf __attribute__((vector_size(64)));  // 16 floats: one block of keys, or 16 values of a row
 typedef uint16_t vh __attribute__((vector_size(32)));
 typedef uint32_t vu __attribute__((vector_size(64)));
-constexpr int BS = 16;        // keys per block
-constexpr int MAX_ROWS = 64;  // query rows per work item: query tokens x the query heads of one kv head
 
 static inline vf load16(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
 static inline vf load16(const bf16* p) {  // 16 bf16 -> 16 float32
@@ -50,7 +47,7 @@ static inline void store(float f, bf16* dst) {  // round to nearest even, as tor
 // e^x = 2^n e^r, n = round(x / ln 2), |r| <= ln 2 / 2, e^r by its Taylor polynomial to degree 6 (relative error ~2e-7)
 static inline vf exp16(vf x) {
   typedef int32_t vi __attribute__((vector_size(64)));
-  x = x < -87.f ? -87.f : x;                                                  // e^-87 ~ 1.6e-38: the end of float32
+  x = x < -87.f ? -87.f : x; x = x > 88.f ? 88.f : x;                         // e^-87 ~ 1.6e-38, e^88 ~ 1.7e38: float32's ends
   const vi ni = __builtin_convertvector(x * 1.44269504f + 126.5f, vi) - 126;  // round(x / ln 2) (the sum is > 0)
   const vf n = __builtin_convertvector(ni, vf);
   const vf r = (x - n * 0.693359375f) + n * 2.12194440e-4f;                  // x - n ln 2, ln 2 split in two
@@ -73,7 +70,13 @@ static inline float hsum(vf v) {
   float m = 0.f; for (int j = 0; j < 16; j++) m += v[j]; return m;
 #endif
 }
+'''  # 16-float vectors, bf16 loads and stores, exp16, max and sum: the layer ops (03) use them too
 
+CPU_ATTENTION_SRC = CPU_VECTOR_SRC + r'''
+#include <vector>
+
+constexpr int BS = 16;        // keys per block
+constexpr int MAX_ROWS = 64;  // query rows per work item: query tokens x the query heads of one kv head
 constexpr int AHEAD = 4;  // blocks prefetched ahead of the one being read
 template <typename T>  // ask for one block's K and V (of kv head h) to be brought into the L2 cache (locality 1)
 static inline void prefetch_block(const T* kc, const T* vc, int64_t blk, int Hkv, int h, int D) {
