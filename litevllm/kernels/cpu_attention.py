@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes, functools, hashlib, logging, os, platform, random, shutil, subprocess, tempfile, time
 from pathlib import Path
 import torch
+from ..config import cpu_info
 
 # %% auto #0
 __all__ = ['CPU_VECTOR_SRC', 'CPU_ATTENTION_SRC', 'CPU_ATTENTION_HEAD_DIMS', 'CPU_ATTENTION_BLOCK_SIZE', 'logger',
@@ -226,7 +227,7 @@ CPU_ATTENTION_HEAD_DIMS = (16, 32, 64, 80, 96, 128, 256)  # the head dims the so
 CPU_ATTENTION_BLOCK_SIZE = 16                               # keys per block: one vector of 16 floats
 
 # %% ../../kernels_nbs/02_cpu_attention.ipynb #dac93d43
-_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
+_FLAGS = ["-O3", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]  # and cpu_info().march
 logger = logging.getLogger("litevllm")
 
 def _cache_dir() -> Path:
@@ -235,9 +236,9 @@ def _cache_dir() -> Path:
     except OSError: return Path(tempfile.gettempdir())
 
 def _cpu_id() -> str:
-    "What the compiled code depends on besides the source: the CPU's feature flags (for -march=native)."
-    try: return next((l for l in open("/proc/cpuinfo") if l.startswith(("flags", "Features"))), platform.processor())
-    except OSError: return platform.processor()
+    "What the compiled code depends on besides the source: the CPU, its feature flags (for -march=native) and any forced class."
+    info = cpu_info()
+    return f"{info.model} {info.forced} {' '.join(sorted(info.flags))}"
 
 @functools.lru_cache(None)
 def build_cpu_library(name:str, src:str) -> ctypes.CDLL|None:
@@ -245,13 +246,17 @@ def build_cpu_library(name:str, src:str) -> ctypes.CDLL|None:
     cxx = shutil.which(os.environ.get("CXX", "g++"))
     if cxx is None: logger.info("no C++ compiler: %s is not available", name); return None
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256("\n".join([src, " ".join(_FLAGS), version, _cpu_id()]).encode()).hexdigest()[:16]
+    march = cpu_info().march
+    key = hashlib.sha256("\n".join([src, " ".join(_FLAGS + march), version, _cpu_id()]).encode()).hexdigest()[:16]
     lib = _cache_dir()/f"{name}-{key}.so"
     if not lib.exists():
         with tempfile.TemporaryDirectory() as tmp:
             cpp, tmp_lib = Path(tmp)/f"{name}.cpp", Path(tmp)/"lib.so"
             cpp.write_text(src)
-            r = subprocess.run([cxx, *_FLAGS, str(cpp), "-o", str(tmp_lib)], capture_output=True, text=True)
+            for target in (march, []):  # -march=native unknown to this compiler (some Arm ones): its default target
+                r = subprocess.run([cxx, *_FLAGS, *target, str(cpp), "-o", str(tmp_lib)], capture_output=True, text=True)
+                if r.returncode == 0 or target != ["-march=native"]: break
+                logger.warning("%s: %s refused -march=native; building for its default target", name, cxx)
             if r.returncode != 0:
                 logger.warning("%s did not compile (%s); using torch instead\n%s", name, cxx, r.stderr[-2000:])
                 return None

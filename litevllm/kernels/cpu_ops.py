@@ -99,23 +99,57 @@ static void silu_and_mul(const T* x, T* out, int64_t rows, int I) {
 }
 
 // y (M, N) = x (M, K; row stride xs) W^T + bias for the few rows of a decode step, reading W where oneDNN packed it:
-// in float32 on AVX-512 that is [N/64][K][64], each block of 64 outputs with input k's 64 weights side by side. A
-// thread takes whole blocks, so each streams its part of W once, front to back; rows go MT = 6 at a time
-// (6 x 4 accumulators and 4 weight vectors: 28 of the 32 vector registers).
-template <int MT>
-static inline void rows_x_block(const float* x, int64_t xs, const float* w, const float* bias, float* y, int64_t ys, int K) {
-  vf acc[MT][4];
-  for (int m = 0; m < MT; m++) for (int c = 0; c < 4; c++) acc[m][c] = vf{};
+// in float32 that is [N/NB][K][NB], each block of NB outputs with input k's NB weights side by side (NB = 64 on
+// AVX-512, and on AVX2 for most shapes; 16 on AVX2 for some, such as 192 outputs: the caller finds NB). A thread takes
+// whole blocks, so each streams its part of W once, front to back. Within a block the kernel takes NV vectors of LW
+// outputs at a time (a slice: a whole block of 64 on AVX-512, 32 outputs on AVX2), rows LMT at a time, so that the
+// accumulators, the slice's weights for one input and the broadcast input all stay in registers:
+#if defined(__AVX512F__)
+constexpr int LW = 16, LNV = 4, LMT = 6;  // 6 x 4 accumulators + 4 weights + 1 of 32 registers (zmm)
+#elif defined(__AVX2__)
+constexpr int LW = 8, LNV = 4, LMT = 3;   // 3 x 4 + 4 + 1 = 17 of 16 (ymm): measured faster than 6 x 16 (see below)
+#elif defined(__aarch64__)
+constexpr int LW = 4, LNV = 4, LMT = 6;   // NEON: 6 x 4 + 4 + 1 = 29 of 32
+#else
+constexpr int LW = 4, LNV = 2, LMT = 4;   // SSE: 4 x 2 + 2 + 1 = 11 of 16
+#endif
+typedef float lv __attribute__((vector_size(LW * 4)));
+static inline lv loadl(const float* p) { lv v; std::memcpy(&v, p, sizeof v); return v; }
+static inline void storel(lv v, float* p) { std::memcpy(p, &v, sizeof v); }
+
+template <int MT, int NV>  // MT rows of x against the NV * LW outputs of one slice (w: its weight for input 0, rows of NB)
+static inline void rows_x_slice(const float* x, int64_t xs, const float* w, int NB, const float* bias, float* y, int64_t ys, int K) {
+  lv acc[MT][NV];
+  for (int m = 0; m < MT; m++) for (int c = 0; c < NV; c++) acc[m][c] = lv{};
   for (int k = 0; k < K; k++) {
-    const float* wk = w + int64_t(k) * 64;
-    const vf w0 = load16(wk), w1 = load16(wk + 16), w2 = load16(wk + 32), w3 = load16(wk + 48);
+    lv wk[NV];
+    for (int c = 0; c < NV; c++) wk[c] = loadl(w + int64_t(k) * NB + c * LW);
     for (int m = 0; m < MT; m++) {
       const float xm = x[m * xs + k];
-      acc[m][0] += xm * w0; acc[m][1] += xm * w1; acc[m][2] += xm * w2; acc[m][3] += xm * w3;
+      for (int c = 0; c < NV; c++) acc[m][c] += xm * wk[c];
     }
   }
   for (int m = 0; m < MT; m++)
-    for (int c = 0; c < 4; c++) store16(bias ? acc[m][c] + load16(bias + 16 * c) : acc[m][c], y + m * ys + 16 * c);
+    for (int c = 0; c < NV; c++) storel(bias ? acc[m][c] + loadl(bias + LW * c) : acc[m][c], y + m * ys + LW * c);
+}
+template <int MT, int NV>  // the last n < MT rows
+static inline void rows_x_slice_tail(int64_t n, const float* x, int64_t xs, const float* w, int NB, const float* bias, float* y, int64_t ys, int K) {
+  if constexpr (MT > 0) {
+    if (n == MT) rows_x_slice<MT, NV>(x, xs, w, NB, bias, y, ys, K); else rows_x_slice_tail<MT - 1, NV>(n, x, xs, w, NB, bias, y, ys, K);
+  }
+}
+
+template <int NV>
+static void linear_few_rows_f32(const float* x, int64_t xs, const float* w, const float* bias, float* y, int64_t M, int K, int N, int NB) {
+#pragma omp parallel for schedule(static)
+  for (int nb = 0; nb < N / NB; nb++)
+    for (int s = 0; s < NB; s += NV * LW) {  // the block's slices, each streamed once per LMT rows (from L2 after the first)
+      const float* wb = w + int64_t(nb) * K * NB + s; const float* bb = bias ? bias + NB * nb + s : nullptr;
+      float* yb = y + NB * nb + s;
+      int64_t m = 0;
+      for (; m + LMT <= M; m += LMT) rows_x_slice<LMT, NV>(x + m * xs, xs, wb, NB, bb, yb + m * N, N, K);
+      rows_x_slice_tail<LMT - 1, NV>(M - m, x + m * xs, xs, wb, NB, bb, yb + m * N, N, K);
+    }
 }
 
 #ifdef __AVX512BF16__
@@ -142,45 +176,41 @@ static inline void rows_x_block_bf16(const bf16* x, int64_t xs, const bf16* w, c
       store16(bias ? v + load16(bias + 16 * c) : v, y + m * ys + 16 * c);
     }
 }
-#endif
-
-template <typename T, int MT>  // MT rows of x against one block of 64 outputs
-static inline void rows_x_block_t(const T* x, int64_t xs, const T* w, const T* bias, T* y, int64_t ys, int K) {
-  if constexpr (std::is_same_v<T, float>) rows_x_block<MT>(x, xs, w, bias, y, ys, K);
-#ifdef __AVX512BF16__
-  else rows_x_block_bf16<MT>(x, xs, w, bias, y, ys, K);
-#endif
-}
-template <typename T, int MT>  // the last n < 6 rows
-static inline void rows_x_block_tail(int64_t n, const T* x, int64_t xs, const T* w, const T* bias, T* y, int64_t ys, int K) {
+template <int MT>  // the last n < MT rows
+static inline void rows_x_block_bf16_tail(int64_t n, const bf16* x, int64_t xs, const bf16* w, const bf16* bias, bf16* y, int64_t ys, int K) {
   if constexpr (MT > 0) {
-    if (n == MT) rows_x_block_t<T, MT>(x, xs, w, bias, y, ys, K); else rows_x_block_tail<T, MT - 1>(n, x, xs, w, bias, y, ys, K);
+    if (n == MT) rows_x_block_bf16<MT>(x, xs, w, bias, y, ys, K); else rows_x_block_bf16_tail<MT - 1>(n, x, xs, w, bias, y, ys, K);
   }
 }
-
-template <typename T>
-static void linear_few_rows(const T* x, int64_t xs, const T* w, const T* bias, T* y, int64_t M, int K, int N) {
+static void linear_few_rows_bf16(const bf16* x, int64_t xs, const bf16* w, const bf16* bias, bf16* y, int64_t M, int K, int N) {
 #pragma omp parallel for schedule(static)
   for (int nb = 0; nb < N / 64; nb++) {
-    const T* wb = w + int64_t(nb) * K * 64; const T* bb = bias ? bias + 64 * nb : nullptr;
+    const bf16* wb = w + int64_t(nb) * K * 64; const bf16* bb = bias ? bias + 64 * nb : nullptr;
     int64_t m = 0;
-    for (; m + 6 <= M; m += 6) rows_x_block_t<T, 6>(x + m * xs, xs, wb, bb, y + m * N + 64 * nb, N, K);
-    rows_x_block_tail<T, 5>(M - m, x + m * xs, xs, wb, bb, y + m * N + 64 * nb, N, K);
+    for (; m + 6 <= M; m += 6) rows_x_block_bf16<6>(x + m * xs, xs, wb, bb, y + m * N + 64 * nb, N, K);
+    rows_x_block_bf16_tail<5>(M - m, x + m * xs, xs, wb, bb, y + m * N + 64 * nb, N, K);
   }
 }
+#endif
 
 extern "C" {
-// 0: done; 1: not this layout (no AVX-512, or AVX512-BF16 for bfloat16; N not whole blocks; K odd in bfloat16)
-int litevllm_linear_few_rows(int bf, const void* x, int64_t xs, const void* w, const void* bias, void* y, int64_t M, int K, int N) {
-#ifdef __AVX512F__
-  if (N % 64) return 1;
-  if (!bf) { linear_few_rows((const float*)x, xs, (const float*)w, (const float*)bias, (float*)y, M, K, N); return 0; }
+// 0: done; 1: not a layout this kernel reads (N not whole blocks of NB; NB not whole vectors; bfloat16 without
+// AVX512-BF16, or with NB other than 64 or K odd)
+int litevllm_linear_few_rows(int bf, const void* x, int64_t xs, const void* w, const void* bias, void* y, int64_t M, int K, int N, int NB) {
+  if (NB <= 0 || N % NB) return 1;
+  if (!bf) {
+    const float *xf = (const float*)x, *wf = (const float*)w, *bf_ = (const float*)bias; float* yf = (float*)y;
+    if (NB % (LNV * LW) == 0) linear_few_rows_f32<LNV>(xf, xs, wf, bf_, yf, M, K, N, NB);
+    else if (LNV >= 2 && NB % (2 * LW) == 0) linear_few_rows_f32<2>(xf, xs, wf, bf_, yf, M, K, N, NB);
+    else if (NB % LW == 0) linear_few_rows_f32<1>(xf, xs, wf, bf_, yf, M, K, N, NB);
+    else return 1;
+    return 0;
+  }
 #ifdef __AVX512BF16__
-  if (K % 2) return 1;
-  linear_few_rows((const bf16*)x, xs, (const bf16*)w, (const bf16*)bias, (bf16*)y, M, K, N); return 0;
+  if (K % 2 || NB != 64) return 1;
+  linear_few_rows_bf16((const bf16*)x, xs, (const bf16*)w, (const bf16*)bias, (bf16*)y, M, K, N); return 0;
 #endif
-#endif
-  return 1;  // elsewhere oneDNN packs for narrower registers (or bfloat16 without vdpbf16ps): its kernel runs every layer
+  return 1;  // bfloat16 without vdpbf16ps: oneDNN's kernel (where oneDNN packs bf16 at all)
 }
 void litevllm_rms_norm(int bf, const void* x, void* residual, const void* w, void* y, int64_t rows, int n, float eps) {
   if (bf) rms_norm((const bf16*)x, (bf16*)residual, (const bf16*)w, (bf16*)y, rows, n, eps);
@@ -246,31 +276,35 @@ def silu_and_mul(x:torch.Tensor) -> torch.Tensor:
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #58941236
 FEW_ROWS = 64  # at most this many rows go to `linear_few_rows`; oneDNN's GEMM takes more (prefill)
 
-def linear_few_rows(x:torch.Tensor, lin:PackedLinear) -> torch.Tensor:
-    "`lin(x)` for the rows of `x` (rows, in) with the C++ kernel reading `lin`'s oneDNN-packed weight in place."
+def linear_few_rows(x:torch.Tensor, lin:PackedLinear, block:int|None=None) -> torch.Tensor:
+    "`lin(x)` for the rows of `x` (rows, in) with the C++ kernel reading `lin`'s oneDNN-packed weight in place, in blocks of `block` outputs."
     if x.dtype != lin.packed.dtype or x.dim() != 2 or x.shape[1] != lin.in_features or x.device.type != "cpu":
         raise ValueError(f"x must be a CPU {lin.packed.dtype} tensor (rows, {lin.in_features}), got {x.dtype} {tuple(x.shape)} on {x.device}")
     if x.stride(1) != 1: x = x.contiguous()
     y = x.new_empty(x.shape[0], lin.out_features)
-    b = lin.bias
+    b, block = lin.bias, block or getattr(lin, "block", 64)
     rc = load_cpu_ops().litevllm_linear_few_rows(int(x.dtype == torch.bfloat16), _P(x.data_ptr()), _i64(x.stride(0)), _P(torch.ops.mkldnn.data_ptr(lin.packed)),
                                                  _P(b.data_ptr()) if b is not None else None, _P(y.data_ptr()),
-                                                 _i64(x.shape[0]), lin.in_features, lin.out_features)
-    if rc: raise ValueError("not a packed layout linear_few_rows reads (it needs AVX-512, and AVX512-BF16 for bfloat16; out_features a multiple of 64)")
+                                                 _i64(x.shape[0]), lin.in_features, lin.out_features, block)
+    if rc: raise ValueError(f"not a packed layout linear_few_rows reads (float32, or bfloat16 with AVX512-BF16 in blocks of 64; "
+                            f"out_features {lin.out_features} a multiple of the block, {block})")
     return y
 
 def reads_packed_weight(lin:PackedLinear) -> bool:
-    "Does `linear_few_rows` compute what oneDNN computes from `lin`'s packed weight? (Checked on 3 random rows.)"
+    "Does `linear_few_rows` compute what oneDNN computes from `lin`'s packed weight, for some block width? (Checked on 3 random rows; the width found is kept in `lin.block`.)"
     dt = lin.packed.dtype
     if load_cpu_ops() is None or not hasattr(torch.ops.mkldnn, "data_ptr") or dt not in (torch.float32, torch.bfloat16): return False
-    if lin.out_features % 64 or torch.ops.mkldnn._nbytes(lin.packed) != dt.itemsize * lin.in_features * lin.out_features: return False
+    if torch.ops.mkldnn._nbytes(lin.packed) != dt.itemsize * lin.in_features * lin.out_features: return False  # padded: not a layout we read
     x = torch.randn(3, lin.in_features, generator=torch.Generator().manual_seed(0)).to(dt)
-    with torch.no_grad():
-        try: got = linear_few_rows(x, lin).float()
-        except ValueError: return False
-        want = PackedLinear.forward(lin, x).float()
     tol = 1e-4 if dt == torch.float32 else 2e-2  # bfloat16: both round the same float32 sums, added in another order
-    return torch.allclose(got, want, rtol=tol, atol=tol * float(want.abs().max()))
+    with torch.no_grad():
+        want = PackedLinear.forward(lin, x).float()
+        for block in (64, 32, 16, 8):  # oneDNN's width of a block of outputs: 64 on AVX-512; 64 or 16 on AVX2, by shape
+            if lin.out_features % block: continue
+            try: got = linear_few_rows(x, lin, block).float()
+            except ValueError: continue
+            if torch.allclose(got, want, rtol=tol, atol=tol * float(want.abs().max())): lin.block = block; return True
+    return False
 
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #14a8db57
 class CPURMSNorm(RMSNorm):
