@@ -1,7 +1,8 @@
 """End to end: litevllm's greedy output is token-for-token transformers' greedy output, whatever the batching.
 
-Comparisons with transformers in float32 ask for float32 explicitly: `dtype="auto"` follows vLLM and picks bfloat16 on
-this CPU. bfloat16 is checked against transformers in bfloat16 (same top-1, logits within a stated tolerance)."""
+Comparisons with transformers in float32 ask for float32 explicitly: `dtype="auto"` picks bfloat16 on a CPU with bf16
+arithmetic (vLLM's rule), float32 elsewhere. bfloat16 is checked against transformers in bfloat16 (same top-1, logits
+within a stated tolerance) on every CPU: oneDNN's packed bf16 linears where it packs them, torch's emulation elsewhere."""
 import pytest, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from litevllm import LLM, SamplingParams
@@ -179,7 +180,7 @@ def test_log_stats_line(caplog):
 
 
 def test_bfloat16_matches_transformers_bfloat16(default_model, references):
-    "The default dtype on this CPU (bfloat16, vLLM's rule) against transformers in bfloat16 on the same prompts."
+    "bfloat16 (what `auto` picks where the CPU has bf16 arithmetic) against transformers in bfloat16 on the same prompts."
     from litevllm.config import EngineArgs
     from litevllm.models.llama import get_model, causal_attention
     path, tok, _ = default_model
@@ -201,7 +202,14 @@ def test_bfloat16_matches_transformers_bfloat16(default_model, references):
             agree += (got.argmax(-1) == want.argmax(-1)).sum().item(); total += len(ids)
     assert agree / total >= 0.97, f"top-1 agrees at {agree}/{total} positions"
     # and through the engine: the first greedy token of each prompt is transformers' bf16 argmax
-    llm = LLM(max_model_len=512)
+    llm = LLM(max_model_len=512, dtype="bfloat16")
     assert llm.llm_engine.vllm_config.dtype == torch.bfloat16
     with torch.no_grad(): firsts = [hf(torch.tensor([p])).logits[0, -1].argmax().item() for p in prompts]
     assert [g[0] for g in run(llm, prompts, 1)] == firsts
+
+
+def test_auto_dtype_follows_the_cpu():
+    "dtype auto: bfloat16 where the CPU has bf16 arithmetic (vLLM's rule), float32 where torch would emulate it."
+    from litevllm.config import EngineArgs, cpu_info
+    want = torch.bfloat16 if cpu_info().native_bf16 else torch.float32
+    assert EngineArgs().create_engine_config().dtype == want, cpu_info()
