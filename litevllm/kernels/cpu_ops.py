@@ -6,15 +6,11 @@
 from __future__ import annotations
 import ctypes
 import torch
-from torch import nn
-import torch.nn.functional as F
-from ..models.llama import RMSNorm, RotaryEmbedding, MLP, DecoderLayer, LlamaForCausalLM, PackedLinear
 from .cpu_attention import CPU_VECTOR_SRC, build_cpu_library
 
 # %% auto #0
 __all__ = ['CPU_OPS_SRC', 'FEW_ROWS', 'load_cpu_ops', 'rms_norm', 'fused_add_rms_norm', 'rotary_', 'silu_and_mul',
-           'linear_few_rows', 'reads_packed_weight', 'CPURMSNorm', 'CPURotaryEmbedding', 'CPUMLP', 'CPUPackedLinear',
-           'CPUDecoderLayer', 'CPULlamaForCausalLM', 'use_cpu_ops']
+           'linear_few_rows', 'packed_block_width']
 
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #90ea788e
 CPU_OPS_SRC = CPU_VECTOR_SRC + r'''  // 02's vector helpers first: vf, load16, to_f32, store, exp16
@@ -276,90 +272,32 @@ def silu_and_mul(x:torch.Tensor) -> torch.Tensor:
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #58941236
 FEW_ROWS = 64  # at most this many rows go to `linear_few_rows`; oneDNN's GEMM takes more (prefill)
 
-def linear_few_rows(x:torch.Tensor, lin:PackedLinear, block:int|None=None) -> torch.Tensor:
-    "`lin(x)` for the rows of `x` (rows, in) with the C++ kernel reading `lin`'s oneDNN-packed weight in place, in blocks of `block` outputs."
-    if x.dtype != lin.packed.dtype or x.dim() != 2 or x.shape[1] != lin.in_features or x.device.type != "cpu":
-        raise ValueError(f"x must be a CPU {lin.packed.dtype} tensor (rows, {lin.in_features}), got {x.dtype} {tuple(x.shape)} on {x.device}")
+def linear_few_rows(x:torch.Tensor, packed:torch.Tensor, bias:torch.Tensor|None=None, block:int=64) -> torch.Tensor:
+    "x (rows, in) times a oneDNN-packed weight (`torch.ops.mkldnn._reorder_linear_weight`, blocks of `block` outputs), plus `bias`."
+    out_features, in_features = packed.shape
+    if x.dtype != packed.dtype or x.dim() != 2 or x.shape[1] != in_features or x.device.type != "cpu":
+        raise ValueError(f"x must be a CPU {packed.dtype} tensor (rows, {in_features}), got {x.dtype} {tuple(x.shape)} on {x.device}")
     if x.stride(1) != 1: x = x.contiguous()
-    y = x.new_empty(x.shape[0], lin.out_features)
-    b, block = lin.bias, block or getattr(lin, "block", 64)
-    rc = load_cpu_ops().litevllm_linear_few_rows(int(x.dtype == torch.bfloat16), _P(x.data_ptr()), _i64(x.stride(0)), _P(torch.ops.mkldnn.data_ptr(lin.packed)),
-                                                 _P(b.data_ptr()) if b is not None else None, _P(y.data_ptr()),
-                                                 _i64(x.shape[0]), lin.in_features, lin.out_features, block)
+    y = x.new_empty(x.shape[0], out_features)
+    rc = load_cpu_ops().litevllm_linear_few_rows(int(x.dtype == torch.bfloat16), _P(x.data_ptr()), _i64(x.stride(0)), _P(torch.ops.mkldnn.data_ptr(packed)),
+                                                 _P(bias.data_ptr()) if bias is not None else None, _P(y.data_ptr()),
+                                                 _i64(x.shape[0]), in_features, out_features, block)
     if rc: raise ValueError(f"not a packed layout linear_few_rows reads (float32, or bfloat16 with AVX512-BF16 in blocks of 64; "
-                            f"out_features {lin.out_features} a multiple of the block, {block})")
+                            f"out_features {out_features} a multiple of the block, {block})")
     return y
 
-def reads_packed_weight(lin:PackedLinear) -> bool:
-    "Does `linear_few_rows` compute what oneDNN computes from `lin`'s packed weight, for some block width? (Checked on 3 random rows; the width found is kept in `lin.block`.)"
-    dt = lin.packed.dtype
-    if load_cpu_ops() is None or not hasattr(torch.ops.mkldnn, "data_ptr") or dt not in (torch.float32, torch.bfloat16): return False
-    if torch.ops.mkldnn._nbytes(lin.packed) != dt.itemsize * lin.in_features * lin.out_features: return False  # padded: not a layout we read
-    x = torch.randn(3, lin.in_features, generator=torch.Generator().manual_seed(0)).to(dt)
+def packed_block_width(packed:torch.Tensor, bias:torch.Tensor|None=None) -> int|None:
+    "The block width with which `linear_few_rows` computes what oneDNN computes from `packed` (checked on 3 random rows); None: none does."
+    dt, (out_features, in_features) = packed.dtype, packed.shape
+    if load_cpu_ops() is None or not hasattr(torch.ops.mkldnn, "data_ptr") or dt not in (torch.float32, torch.bfloat16): return None
+    if torch.ops.mkldnn._nbytes(packed) != dt.itemsize * in_features * out_features: return None  # padded: not a layout we read
+    x = torch.randn(3, in_features, generator=torch.Generator().manual_seed(0)).to(dt)
     tol = 1e-4 if dt == torch.float32 else 2e-2  # bfloat16: both round the same float32 sums, added in another order
     with torch.no_grad():
-        want = PackedLinear.forward(lin, x).float()
+        want = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "").float()
         for block in (64, 32, 16, 8):  # oneDNN's width of a block of outputs: 64 on AVX-512; 64 or 16 on AVX2, by shape
-            if lin.out_features % block: continue
-            try: got = linear_few_rows(x, lin, block).float()
+            if out_features % block: continue
+            try: got = linear_few_rows(x, packed, bias, block).float()
             except ValueError: continue
-            if torch.allclose(got, want, rtol=tol, atol=tol * float(want.abs().max())): lin.block = block; return True
-    return False
-
-# %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #14a8db57
-class CPURMSNorm(RMSNorm):
-    "`RMSNorm` as one C++ op; given the residual stream too, the residual add first (vLLM's `fused_add_rms_norm`)."
-    def forward(self, x, residual=None):
-        if residual is None: return rms_norm(x, self.weight, self.eps)
-        return fused_add_rms_norm(x, residual, self.weight, self.eps)  # (normed, residual + x)
-
-class CPURotaryEmbedding(nn.Module):
-    "Rotary embedding as one in-place C++ op over q and k."
-    def __init__(self, rope:RotaryEmbedding):
-        super().__init__()
-        half = rope.cos.shape[-1] // 2
-        self.register_buffer("cos", rope.cos[:, :half].float().contiguous(), persistent=False)  # (positions, head_dim/2)
-        self.register_buffer("sin", rope.sin[:, :half].float().contiguous(), persistent=False)
-    def cos_sin(self, positions, dtype): return self.cos.index_select(0, positions), self.sin.index_select(0, positions)
-    def forward(self, cos_sin, q, k): return rotary_(q, k, *cos_sin)
-
-class CPUMLP(MLP):
-    "SwiGLU with `silu_and_mul`."
-    def forward(self, x): return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
-
-class CPUPackedLinear(PackedLinear):
-    "`PackedLinear` whose few-row calls (a decode step's) go to `linear_few_rows`; `use_cpu_ops` checks its weight first."
-    def forward(self, x):
-        if x.dim() == 2 and x.shape[0] <= FEW_ROWS and x.dtype == self.packed.dtype: return linear_few_rows(x, self)
-        return super().forward(x)
-
-class CPUDecoderLayer(DecoderLayer):
-    "A decoder layer that hands the residual stream to the next one, as vLLM's do: each norm adds the residual first."
-    def forward(self, cos_sin, h, attn, residual=None):  # -> (output, residual stream), both (tokens, hidden)
-        if residual is None: h, residual = self.input_layernorm(h), h  # the first layer: the stream is the embeddings
-        else: h, residual = self.input_layernorm(h, residual)          # residual += previous layer's output
-        h = self.self_attn(cos_sin, h, attn)
-        h, residual = self.post_attention_layernorm(h, residual)
-        return self.mlp(h), residual
-
-class CPULlamaForCausalLM(LlamaForCausalLM):
-    "The model with `CPUDecoderLayer`s: the last layer's output goes into the final norm with its residual add."
-    def forward(self, input_ids, positions, attn):
-        h = self.embed_tokens(input_ids)
-        cos_sin = self.layers[0].self_attn.rope.cos_sin(positions, h.dtype)
-        residual = None
-        for layer in self.layers: h, residual = layer(cos_sin, h, attn, residual)
-        return self.norm(h, residual)[0]
-
-def use_cpu_ops(model:LlamaForCausalLM) -> int:
-    "Swap the C++ ops into a loaded CPU `model` (float32 or bfloat16); returns how many modules were swapped."
-    p = model.embed_tokens.weight
-    if p.device.type != "cpu" or p.dtype not in (torch.float32, torch.bfloat16) or load_cpu_ops() is None: return 0
-    swap = {RMSNorm: CPURMSNorm, MLP: CPUMLP, DecoderLayer: CPUDecoderLayer, LlamaForCausalLM: CPULlamaForCausalLM}
-    n = 0
-    for m in list(model.modules()):
-        if type(m) in swap: m.__class__ = swap[type(m)]; n += 1  # the subclasses add no state: the weights stay put
-        elif type(m) is PackedLinear and reads_packed_weight(m): m.__class__ = CPUPackedLinear; n += 1
-    rope = CPURotaryEmbedding(model.layers[0].self_attn.rope)
-    for layer in model.layers: layer.self_attn.rope = rope
-    return n + 1
+            if torch.allclose(got, want, rtol=tol, atol=tol * float(want.abs().max())): return block
+    return None

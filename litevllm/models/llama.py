@@ -12,25 +12,57 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 from ..distributed import GroupCoordinator, split_range
+from ..kernels import cpu_ops
 
 # %% auto #0
-__all__ = ['SUPPORTED_ARCHITECTURES', 'RMSNorm', 'RotaryEmbedding', 'Attention', 'MLP', 'DecoderLayer', 'LlamaForCausalLM',
-           'onednn_linear_available', 'PackedLinear', 'prepack_linears', 'linear_gflops', 'load_weights', 'get_model',
-           'save_random_model', 'causal_attention', 'head_partition', 'ColumnParallelLinear',
-           'MergedColumnParallelLinear', 'QKVParallelLinear', 'RowParallelLinear', 'VocabParallelEmbedding',
-           'ParallelLMHead', 'shard_model', 'prepack_lm_head', 'load_sharded_weights']
+__all__ = ['SUPPORTED_ARCHITECTURES', 'CustomOp', 'select_ops', 'RMSNorm', 'RotaryEmbedding', 'Attention', 'SiluAndMul', 'MLP',
+           'DecoderLayer', 'LlamaForCausalLM', 'onednn_linear_available', 'PackedLinear', 'prepack_linears',
+           'linear_gflops', 'load_weights', 'get_model', 'ops_platform', 'save_random_model', 'causal_attention',
+           'head_partition', 'ColumnParallelLinear', 'MergedColumnParallelLinear', 'QKVParallelLinear',
+           'RowParallelLinear', 'VocabParallelEmbedding', 'ParallelLMHead', 'shard_model', 'prepack_lm_head',
+           'load_sharded_weights']
+
+# %% ../../nbs/06_models.ipynb #3231e742
+class CustomOp(nn.Module):
+    "An op with a torch reference (`forward_native`) and versions per platform (`forward_cpu`, `forward_cuda`): vLLM's `CustomOp`."
+    def __init__(self):
+        super().__init__()
+        self._forward_method = self.forward_native  # until `select_ops` says otherwise
+    def forward(self, *args, **kwargs): return self._forward_method(*args, **kwargs)
+    def forward_native(self, *args, **kwargs): raise NotImplementedError
+    def forward_cpu(self, *args, **kwargs): return self.forward_native(*args, **kwargs)
+    def forward_cuda(self, *args, **kwargs): return self.forward_native(*args, **kwargs)
+    def dispatch_forward(self, platform:str, dtype:torch.dtype):
+        "The method for `platform` (cpu, cuda; anything else: native): the CPU's only where its kernels build and take `dtype`."
+        if platform == "cuda": return self.forward_cuda
+        if platform == "cpu" and dtype in (torch.float32, torch.bfloat16) and cpu_ops.load_cpu_ops() is not None: return self.forward_cpu
+        return self.forward_native
+
+def select_ops(model:nn.Module, platform:str, dtype:torch.dtype) -> dict[str, str]:
+    "Point every `CustomOp` of `model` at its method for `platform` and `dtype`; returns {op class: method chosen}."
+    chosen = {}
+    for m in model.modules():
+        if isinstance(m, CustomOp):
+            m._forward_method = m.dispatch_forward(platform, dtype)
+            chosen.setdefault(type(m).__name__, set()).add(m._forward_method.__name__)
+    return {k: "/".join(sorted(v)) for k, v in chosen.items()}
 
 # %% ../../nbs/06_models.ipynb #68db3f71
-class RMSNorm(nn.Module):
-    "x / rms(x) * weight, computed in float32."
+class RMSNorm(CustomOp):
+    "x / rms(x) * weight, computed in float32; with `residual`, the residual add first: returns (normed, x + residual)."
     def __init__(self, dim:int, eps:float):
         super().__init__()
         self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
-    def forward(self, x):
+    def forward_native(self, x, residual=None):
+        if residual is not None: x = residual = x + residual
         dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        out = self.weight * h.to(dtype)
+        return out if residual is None else (out, residual)
+    def forward_cpu(self, x, residual=None):  # one C++ pass; with a residual both are written in place
+        if residual is None: return cpu_ops.rms_norm(x, self.weight, self.eps)
+        return cpu_ops.fused_add_rms_norm(x, residual, self.weight, self.eps)
 
 # %% ../../nbs/06_models.ipynb #0aeb3b0c
 def _rope_params(config) -> dict:
@@ -39,10 +71,11 @@ def _rope_params(config) -> dict:
     p.setdefault("rope_type", p.get("type", "default"))
     return p
 
-class RotaryEmbedding(nn.Module):
-    "cos/sin tables for every position; `forward(positions, q, k)` rotates q and k."
+class RotaryEmbedding(CustomOp):
+    "cos/sin tables for every position; `forward(cos_sin, q, k)` rotates q and k by the rows `cos_sin(positions)` took."
     def __init__(self, config, head_dim:int, max_positions:int):
         super().__init__()
+        self.half = None  # forward_cpu's float32 (positions, head_dim/2) cos and sin tables
         p = _rope_params(config)
         if p["rope_type"] == "default":
             inv_freq, scale = 1.0 / (p["rope_theta"] ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim)), 1.0
@@ -55,17 +88,26 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin", emb.sin() * scale, persistent=False)
 
     def cos_sin(self, positions, dtype):
-        "The rows of the tables for these positions, once per step (every layer shares them)."
+        "The rows of the tables for these positions, once per step (every layer shares them), as the chosen forward takes them."
+        if self.half is not None: return self.half[0].index_select(0, positions), self.half[1].index_select(0, positions)
         cos = self.cos.index_select(0, positions).unsqueeze(1).to(dtype)  # (tokens, 1, head_dim)
         sin = self.sin.index_select(0, positions).unsqueeze(1).to(dtype)
         return cos, sin
 
-    def forward(self, cos_sin, q, k):
+    def forward_native(self, cos_sin, q, k):
         cos, sin = cos_sin
         def rot(x):
             x1, x2 = x.chunk(2, dim=-1)
             return x * cos + torch.cat((-x2, x1), dim=-1) * sin
         return rot(q), rot(k)
+
+    def forward_cpu(self, cos_sin, q, k): return cpu_ops.rotary_(q, k, *cos_sin)  # in place
+
+    def dispatch_forward(self, platform, dtype):
+        f = super().dispatch_forward(platform, dtype)
+        half = self.cos.shape[-1] // 2
+        self.half = (self.cos[:, :half].float().contiguous(), self.sin[:, :half].float().contiguous()) if f == self.forward_cpu else None
+        return f
 
 # %% ../../nbs/06_models.ipynb #bb681c53
 class Attention(nn.Module):
@@ -93,6 +135,13 @@ class Attention(nn.Module):
         o = attn(self.layer_idx, q, k, v)                # (tokens, heads, head_dim)
         return self.o_proj(o.reshape(T, self.q_size))
 
+class SiluAndMul(CustomOp):
+    "silu(x[:, :I]) * x[:, I:] for x (tokens, 2I): SwiGLU's activation."
+    def forward_native(self, x):
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    def forward_cpu(self, x): return cpu_ops.silu_and_mul(x)
+
 class MLP(nn.Module):
     "SwiGLU: down(silu(gate(x)) * up(x)), gate and up in one matmul."
     def __init__(self, config):
@@ -100,9 +149,8 @@ class MLP(nn.Module):
         self.inter = config.intermediate_size
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * self.inter, bias=False)
         self.down_proj = nn.Linear(self.inter, config.hidden_size, bias=False)
-    def forward(self, x):
-        gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        self.act_fn = SiluAndMul()
+    def forward(self, x): return self.down_proj(self.act_fn(self.gate_up_proj(x)))
 
 class DecoderLayer(nn.Module):
     def __init__(self, config, layer_idx:int, rope:RotaryEmbedding):
@@ -110,9 +158,12 @@ class DecoderLayer(nn.Module):
         self.self_attn, self.mlp = Attention(config, layer_idx, rope), MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-    def forward(self, cos_sin, h, attn):
-        h = h + self.self_attn(cos_sin, self.input_layernorm(h), attn)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    def forward(self, cos_sin, h, attn, residual=None):  # -> (output, residual stream), both (tokens, hidden)
+        if residual is None: h, residual = self.input_layernorm(h), h  # the first layer: the stream is the embeddings
+        else: h, residual = self.input_layernorm(h, residual)          # residual += the previous layer's output
+        h = self.self_attn(cos_sin, h, attn)
+        h, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(h), residual
 
 # %% ../../nbs/06_models.ipynb #bf4d442c
 class LlamaForCausalLM(nn.Module):
@@ -132,8 +183,9 @@ class LlamaForCausalLM(nn.Module):
         "input_ids, positions: (tokens,) -> hidden states (tokens, hidden)."
         h = self.embed_tokens(input_ids)
         cos_sin = self.layers[0].self_attn.rope.cos_sin(positions, h.dtype)
-        for layer in self.layers: h = layer(cos_sin, h, attn)
-        return self.norm(h)
+        residual = None
+        for layer in self.layers: h, residual = layer(cos_sin, h, attn, residual)
+        return self.norm(h, residual)[0]  # the last layer's output joins the stream in the final norm
 
     def compute_logits(self, hidden): return self.lm_head(hidden).float()  # (rows, vocab), float32 for the sampler
 
@@ -144,7 +196,7 @@ def onednn_linear_available(dtype:torch.dtype) -> bool:
     if dtype == torch.float32: return True
     return dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
-class PackedLinear(nn.Module):
+class PackedLinear(CustomOp):
     "An `nn.Linear` run by oneDNN, its weight reordered once into oneDNN's blocked layout (CPU; float32 or bfloat16)."
     def __init__(self, linear:nn.Linear,
                  batch_size_hint:int=32):  # rows oneDNN tunes the layout for (a decode batch)
@@ -152,8 +204,16 @@ class PackedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), batch_size_hint)  # opaque oneDNN tensor
         self.bias = linear.bias
-    def forward(self, x):  # (rows, in) -> (rows, out)
+        self.block = None  # oneDNN's block width, once forward_cpu is chosen: what linear_few_rows reads
+    def forward_native(self, x):  # (rows, in) -> (rows, out)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+    def forward_cpu(self, x):
+        if x.dim() == 2 and x.shape[0] <= cpu_ops.FEW_ROWS: return cpu_ops.linear_few_rows(x, self.packed, self.bias, self.block)
+        return self.forward_native(x)
+    def dispatch_forward(self, platform, dtype):
+        f = super().dispatch_forward(platform, dtype)
+        self.block = cpu_ops.packed_block_width(self.packed, self.bias) if f == self.forward_cpu else None
+        return f if self.block else self.forward_native
     def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 def prepack_linears(model:nn.Module) -> int:
@@ -244,10 +304,13 @@ def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
     model = model.to(device=vllm_config.device, dtype=vllm_config.dtype).eval()
     prepack_linears(model)  # CPU: oneDNN's blocked weights (a no-op on CUDA, or where oneDNN is missing)
     if sharded: prepack_lm_head(model)  # the parallel LM head is not an nn.Linear: packed apart
-    if vllm_config.attention_backend == "cpu":  # the C++ kernels: RMSNorm (with the residual add), rotary, SwiGLU too (kernels_nbs/03_cpu_layer_ops)
-        from litevllm.kernels.cpu_ops import use_cpu_ops
-        use_cpu_ops(model)
+    select_ops(model, ops_platform(vllm_config), vllm_config.dtype)
     return model
+
+def ops_platform(vllm_config) -> str:
+    "Whose `CustomOp` methods the model runs: cuda; cpu (the C++ kernels) with the `cpu` attention backend; else native (torch only)."
+    if vllm_config.device.type == "cuda": return "cuda"
+    return "cpu" if vllm_config.attention_backend == "cpu" else "native"
 
 # %% ../../nbs/06_models.ipynb #b81fbf0b
 def save_random_model(path, model_type:str="llama", seed:int=0, **overrides) -> Path:
