@@ -64,19 +64,18 @@ def make_workload(name:str="cpu-small", **overrides) -> Workload:
 
 # %% ../nbs/30_benchmarks.ipynb #d4e8cca0
 def cpu_model() -> str:
-    "The CPU's marketing name (from /proc/cpuinfo on Linux)."
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"): return line.split(":", 1)[1].strip()
-    except OSError: pass
-    return platform.processor() or platform.machine()
+    "The CPU's name with its family and model numbers (Zen 3 and Zen 4 EPYCs both call themselves 'AMD EPYC' under KVM) and ISA class."
+    from litevllm.config import cpu_info
+    return str(cpu_info())
 
 def machine_info() -> dict:
     "Platform, CPU, GPU, library versions and the date: what a benchmark number depends on."
     import torch, transformers, litevllm
+    from litevllm.config import cpu_info
     cuda = torch.cuda.is_available()
     return dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), platform=platform.platform(),
-                cpu_model=cpu_model(), cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
+                cpu_model=cpu_info().model, cpu_isa=cpu_info().isa, cpu_isa_forced=cpu_info().forced,  # avx2, avx512, avx512_bf16, amx, neon, ...
+                torch_cpu_capability=torch.backends.cpu.get_cpu_capability(), cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
                 gpu=torch.cuda.get_device_name(0) if cuda else None, python=platform.python_version(), torch=torch.__version__,
                 transformers=transformers.__version__, litevllm=litevllm.__version__,
                 load_avg_1m=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)  # a shared machine slows every number
@@ -291,14 +290,14 @@ def workload_from_args(ns) -> Workload:
                          output_len_range=ns.output_len_range, temperature=ns.temperature, seed=ns.seed)
 
 # %% ../nbs/30_benchmarks.ipynb #87dae0a5
-THROUGHPUT_COLS = ["engine", "batch", "seconds", "output_tokens", "output_tok_s", "total_tok_s", "req_s", "ttft_ms", "litevllm_speedup"]
+THROUGHPUT_COLS = ["engine", "cpu", "batch", "seconds", "output_tokens", "output_tok_s", "total_tok_s", "req_s", "ttft_ms", "litevllm_speedup"]
 
 def cmd_throughput(ns) -> int:
     from litevllm.attention import kv_prefault
     with kv_prefault(): return _throughput(ns)  # the KV pool backed by memory at start, as vLLM's (07_attention)
 
 def _throughput(ns) -> int:
-    from litevllm.config import EngineArgs
+    from litevllm.config import EngineArgs, cpu_info
     from litevllm.llm import LLM
     wl = workload_from_args(ns)
     if getattr(ns, "structured_output", "none") == "json_object": wl.structured_outputs = dict(json_object=True)
@@ -328,6 +327,8 @@ def _throughput(ns) -> int:
     if ttft_prompt: lv["ttft_ms"] = measure_ttft(llm, ttft_prompt)
     results.append(lv)
     for r in results[:-1]: r["litevllm_speedup"] = lv["output_tok_s"] / r["output_tok_s"]
+    for r in results: r["cpu"] = cpu_info().isa  # the ISA class: an avx512 figure is never read as an avx2 one
+    print(f"CPU: {cpu_info()}, {os.cpu_count()} cores")
     print(format_table(results, THROUGHPUT_COLS))
     extra = {}
     if ns.breakdown:
@@ -660,7 +661,7 @@ def plot_throughput_report(rep:dict, fname=None):
     for p in STEP_PARTS:
         v = np.array([r[p] for r in rows]); a2.bar([r["num_reqs"] for r in rows], v, bottom=bottom, label=p); bottom += v
     a2.set_xlabel("running requests (decode steps)"); a2.set_ylabel("ms per step"); a2.set_title("litevllm step time by phase"); a2.legend(fontsize=8)
-    fig.suptitle(f"{Path(rep['model']).name}, {rep['dtype']}, {rep['device']}; {m['cpu_model']}, {m['cpu_count']} cores; {m['date'][:10]}", fontsize=9)
+    fig.suptitle(f"{Path(rep['model']).name}, {rep['dtype']}, {rep['device']}; {m['cpu_model']} ({m.get('cpu_isa', '?')}), {m['cpu_count']} cores; {m['date'][:10]}", fontsize=9)
     fig.tight_layout()
     if fname: fig.savefig(fname, dpi=90)
     return fig

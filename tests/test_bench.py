@@ -42,11 +42,14 @@ def test_cli_throughput_json(tiny, tmp_path, capsys):
     assert [r["engine"] for r in rep["results"]] == ["transformers", "transformers", "litevllm"]
     assert len({r["output_tokens"] for r in rep["results"]}) == 1
     assert all(r["litevllm_speedup"] > 0 for r in rep["results"][:2])
-    assert {"platform", "cpu_model", "cpu_count", "python", "torch", "transformers", "litevllm", "date"} <= set(rep["machine"])
-    # dtype "auto" follows vLLM's rule: the platform's preferred dtype for this float32 checkpoint
+    assert {"platform", "cpu_model", "cpu_isa", "cpu_count", "python", "torch", "transformers", "litevllm", "date"} <= set(rep["machine"])
+    from litevllm.config import cpu_info
+    assert rep["machine"]["cpu_isa"] == cpu_info().isa and all(r["cpu"] == cpu_info().isa for r in rep["results"])
+    # dtype "auto": the platform's preferred dtype for this float32 checkpoint (float32 where the CPU emulates bf16)
     assert rep["dtype"] == str(platform_dtypes(torch.device("cpu"))[0]) and rep["device"] == "cpu" and rep["settings"]["hf_batch"] == [2, 4]
     assert {r["phase"] for r in rep["breakdown_all"]} >= {"schedule", "prepare", "forward", "sample", "update", "output"}
-    assert "litevllm_speedup" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "litevllm_speedup" in printed and f"CPU: {cpu_info()}" in printed
 
 
 def test_cli_latency(tiny, tmp_path):

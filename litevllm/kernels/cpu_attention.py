@@ -19,19 +19,32 @@ CPU_VECTOR_SRC = r'''
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
-typedef uint16_t bf16;                              // bfloat16 bits: the high half of a float32
-typedef float vf __attribute__((vector_size(64)));  // 16 floats: one block of keys, or 16 values of a row
-typedef uint16_t vh __attribute__((vector_size(32)));
-typedef uint32_t vu __attribute__((vector_size(64)));
+// One vector register's worth of floats: 16 on AVX-512, 8 on AVX2, 4 elsewhere (SSE, NEON). Wider GCC vectors than the
+// target's registers compile to code that keeps arrays of them on the stack (an AVX2 build of a 16-float version ran
+// prefill attention 16x slower than AVX-512), so every loop below steps by VW.
+#if defined(__AVX512F__)
+#define VW 16
+#elif defined(__AVX2__)
+#define VW 8
+#else
+#define VW 4
+#endif
+typedef uint16_t bf16;                                 // bfloat16 bits: the high half of a float32
+typedef float vf __attribute__((vector_size(VW * 4)));  // VW floats
+typedef uint16_t vh __attribute__((vector_size(VW * 2)));
+typedef uint32_t vu __attribute__((vector_size(VW * 4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
 
-static inline vf load16(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
-static inline vf load16(const bf16* p) {  // 16 bf16 -> 16 float32
-#ifdef __AVX512F__  // one widening load (the generic code below compiles to two halves)
+static inline vf loadv(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
+static inline vf loadv(const bf16* p) {  // VW bf16 -> VW float32: widen, shift into the high half
+#if defined(__AVX512F__)  // one widening load (the generic code below compiles to two halves)
   return (vf)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+#elif defined(__AVX2__)
+  return (vf)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
 #else
   vh h; std::memcpy(&h, p, sizeof h);
   vu u = __builtin_convertvector(h, vu) << 16; vf f; std::memcpy(&f, &u, sizeof f); return f;
@@ -44,10 +57,9 @@ static inline void store(float f, bf16* dst) {  // round to nearest even, as tor
   uint32_t u; std::memcpy(&u, &f, 4); *dst = bf16((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-// e^x for 16 floats, inline (a call to libm's vector exp makes the compiler spill every live register around it):
+// e^x for VW floats, inline (a call to libm's vector exp makes the compiler spill every live register around it):
 // e^x = 2^n e^r, n = round(x / ln 2), |r| <= ln 2 / 2, e^r by its Taylor polynomial to degree 6 (relative error ~2e-7)
-static inline vf exp16(vf x) {
-  typedef int32_t vi __attribute__((vector_size(64)));
+static inline vf expv(vf x) {
   x = x < -87.f ? -87.f : x; x = x > 88.f ? 88.f : x;                         // e^-87 ~ 1.6e-38, e^88 ~ 1.7e38: float32's ends
   const vi ni = __builtin_convertvector(x * 1.44269504f + 126.5f, vi) - 126;  // round(x / ln 2) (the sum is > 0)
   const vf n = __builtin_convertvector(ni, vf);
@@ -58,27 +70,33 @@ static inline vf exp16(vf x) {
   return p * two_n;
 }
 static inline float hmax(vf v) {
-#ifdef __AVX512F__
+#if defined(__AVX512F__)
   return _mm512_reduce_max_ps((__m512)v);
 #else
-  float m = v[0]; for (int j = 1; j < 16; j++) m = std::max(m, v[j]); return m;
+  float m = v[0]; for (int j = 1; j < VW; j++) m = std::max(m, v[j]); return m;
 #endif
 }
 static inline float hsum(vf v) {
-#ifdef __AVX512F__
+#if defined(__AVX512F__)
   return _mm512_reduce_add_ps((__m512)v);
 #else
-  float m = 0.f; for (int j = 0; j < 16; j++) m += v[j]; return m;
+  float m = 0.f; for (int j = 0; j < VW; j++) m += v[j]; return m;
 #endif
 }
-'''  # 16-float vectors, bf16 loads and stores, exp16, max and sum: the layer ops (03) use them too
+'''  # register-wide vectors, bf16 loads, expv, max and sum: the layer ops (03) use them too
 
 CPU_ATTENTION_SRC = CPU_VECTOR_SRC + r'''
 #include <vector>
 
 constexpr int BS = 16;        // keys per block
+constexpr int NB = BS / VW;   // vectors per row of a block's keys: 1 on AVX-512, 2 on AVX2, 4 elsewhere
 constexpr int MAX_ROWS = 64;  // query rows per work item: query tokens x the query heads of one kv head
 constexpr int AHEAD = 4;  // blocks prefetched ahead of the one being read
+#if defined(__AVX512F__) || defined(__aarch64__)
+constexpr int VREGS = 32;     // vector registers: zmm (AVX-512), NEON
+#else
+constexpr int VREGS = 16;     // ymm (AVX2), xmm (SSE)
+#endif
 template <typename T>  // ask for one block's K and V (of kv head h) to be brought into the L2 cache (locality 1)
 static inline void prefetch_block(const T* kc, const T* vc, int64_t blk, int Hkv, int h, int D) {
   const char* k = (const char*)(kc + (blk * Hkv + h) * D * BS);
@@ -91,7 +109,7 @@ static inline void prefetch_block(const T* kc, const T* vc, int64_t blk, int Hkv
 template <typename T, int D, int RT>  // RT: rows per tile
 static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out, const int32_t* table, int first_pos, int i0,
                         int nq, int G, int H, int Hkv, int h, float scale) {
-  constexpr int C = D / 16;  // registers per row of head_dim
+  constexpr int C = D / VW;  // vectors per row of head_dim
   const int R = nq * G, Rp = (R + RT - 1) / RT * RT, n_keys = first_pos + nq;
   alignas(64) float Q[MAX_ROWS + RT][D];
   alignas(64) vf acc[MAX_ROWS + RT][C];
@@ -104,7 +122,7 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
     for (int c = 0; c < C; c++) acc[r][c] = vf{};
     m[r] = -1e30f; l[r] = 0.f; pos[r] = first_pos + rr / G;
   }
-  vf iota; for (int j = 0; j < BS; j++) iota[j] = j;
+  vf iota[NB]; for (int j = 0; j < BS; j++) iota[j / VW][j % VW] = j;
   for (int k = 0; k < AHEAD && k * BS < n_keys; k++) prefetch_block(kc, vc, table[k], Hkv, h, D);
   for (int k0 = 0; k0 < n_keys; k0 += BS) {
     if (k0 + AHEAD * BS < n_keys) prefetch_block(kc, vc, table[k0 / BS + AHEAD], Hkv, h, D);
@@ -113,47 +131,61 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
     const T* Vb = vc + (blk * Hkv + h) * BS * D;  // V: [BS][D]
     for (int r0 = 0; r0 < Rp; r0 += RT) {
       if (pos[r0 + RT - 1] < k0) continue;  // causal: no row of the tile sees this block
-      constexpr int NA = RT >= 4 ? 2 : RT == 1 ? 8 : 4;  // sums per row: RT * NA >= 8 chains of FMAs in flight
-      vf s[RT], sa[RT][NA];                  // scores of the tile's rows for the block's 16 keys
-      for (int t = 0; t < RT; t++) for (int a = 0; a < NA; a++) sa[t][a] = vf{};
+      // partial sums per row and vector of keys: RT * NB * NA >= 8 chains of FMAs in flight, within the registers
+      constexpr int NA = VREGS >= 32 ? (RT >= 4 ? 2 : RT == 1 ? 8 : 4) : std::max(1, 8 / (RT * NB));
+      vf s[RT][NB], sa[RT][NB][NA];          // scores of the tile's rows for the block's 16 keys, NB vectors each
+      for (int t = 0; t < RT; t++) for (int b = 0; b < NB; b++) for (int a = 0; a < NA; a++) sa[t][b][a] = vf{};
       for (int d = 0; d < D; d += NA)
-        for (int a = 0; a < NA; a++) {
-          const vf kd = load16(Kb + (d + a) * BS);
-          for (int t = 0; t < RT; t++) sa[t][a] += Q[r0 + t][d + a] * kd;
-        }
-      for (int t = 0; t < RT; t++) { s[t] = sa[t][0]; for (int a = 1; a < NA; a++) s[t] += sa[t][a]; }
-      vf p[RT], a[RT][C], dm = vf{};         // softmax weights (relative to each row's running max), accumulators
+        for (int a = 0; a < NA; a++)
+          for (int b = 0; b < NB; b++) {
+            const vf kd = loadv(Kb + (d + a) * BS + b * VW);
+            for (int t = 0; t < RT; t++) sa[t][b][a] += Q[r0 + t][d + a] * kd;
+          }
+      for (int t = 0; t < RT; t++) for (int b = 0; b < NB; b++) { s[t][b] = sa[t][b][0]; for (int a = 1; a < NA; a++) s[t][b] += sa[t][b][a]; }
+      alignas(64) float pj[RT][BS];         // softmax weights (relative to each row's running max)
+      vf dm = vf{};                         // each row's change of max (RT <= 4 <= VW lanes)
+      float corr[RT], sums[RT];             // what was summed under the old max is rescaled by corr; the block's sums
       for (int t = 0; t < RT; t++) {
         const int r = r0 + t, lim = std::min(BS, pos[r] + 1 - k0);  // keys of this block that row r sees
-        const auto valid = iota < float(lim);  // keys past row r's position: out
-        const float mx = std::max(m[r], hmax(valid ? s[t] : -1e30f));
-        p[t] = valid ? exp16(s[t] - mx) : vf{};
+        float mx = m[r];
+        for (int b = 0; b < NB; b++) mx = std::max(mx, hmax(iota[b] < float(lim) ? s[t][b] : -1e30f));  // keys past pos[r]: out
+        vf sum = vf{};
+        for (int b = 0; b < NB; b++) {
+          const vf p = iota[b] < float(lim) ? expv(s[t][b] - mx) : vf{};
+          sum += p; std::memcpy(&pj[t][b * VW], &p, sizeof p);
+        }
+        sums[t] = hsum(sum);
         dm[t] = m[r] - mx; m[r] = mx;
-        if constexpr (RT < 4) {              // decode tiles: each row's rescale on its own (measured faster there)
-          const float corr = exp16(vf{} + dm[t])[0];
-          l[r] = l[r] * corr + hsum(p[t]);
-          for (int c = 0; c < C; c++) a[t][c] = acc[r][c] * corr;
+        if constexpr (RT < 4) corr[t] = expv(vf{} + dm[t])[0];  // decode tiles: each row's on its own (measured faster there)
+      }
+      if constexpr (RT >= 4) { const vf c = expv(dm); for (int t = 0; t < RT; t++) corr[t] = c[t]; }  // the tile's in one exp
+      for (int t = 0; t < RT; t++) l[r0 + t] = l[r0 + t] * corr[t] + sums[t];
+      if constexpr (VREGS >= 32) {          // AVX-512: the tile's RT x C accumulators all stay in registers over the block
+        vf a[RT][C];
+        for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) a[t][c] = acc[r0 + t][c] * corr[t];
+        for (int j = 0; j < BS; j++) {
+          vf v[C];
+          for (int c = 0; c < C; c++) v[c] = loadv(Vb + j * D + c * VW);
+          for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) a[t][c] += pj[t][j] * v[c];
+        }
+        for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) acc[r0 + t][c] = a[t][c];
+      } else {                              // 16 registers (AVX2): one vector of V's columns at a time, RT accumulators live
+        for (int c = 0; c < C; c++) {
+          vf a[RT];
+          for (int t = 0; t < RT; t++) a[t] = acc[r0 + t][c] * corr[t];
+          for (int j = 0; j < BS; j++) {
+            const vf v = loadv(Vb + j * D + c * VW);
+            for (int t = 0; t < RT; t++) a[t] += pj[t][j] * v;
+          }
+          for (int t = 0; t < RT; t++) acc[r0 + t][c] = a[t];
         }
       }
-      if constexpr (RT >= 4) {               // the tile's rescale factors in one exp: what was summed under the old max
-        const vf corr = exp16(dm);
-        for (int t = 0; t < RT; t++) {
-          l[r0 + t] = l[r0 + t] * corr[t] + hsum(p[t]);
-          for (int c = 0; c < C; c++) a[t][c] = acc[r0 + t][c] * corr[t];
-        }
-      }
-      for (int j = 0; j < BS; j++) {
-        vf v[C];
-        for (int c = 0; c < C; c++) v[c] = load16(Vb + j * D + c * 16);
-        for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) a[t][c] += p[t][j] * v[c];
-      }
-      for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) acc[r0 + t][c] = a[t][c];
     }
   }
   for (int r = 0; r < R; r++) {
     T* o = out + (int64_t(i0 + r / G) * H + h * G + r % G) * D;
     const float inv = 1.f / l[r];
-    for (int c = 0; c < C; c++) for (int j = 0; j < 16; j++) store(acc[r][c][j] * inv, o + c * 16 + j);
+    for (int c = 0; c < C; c++) for (int j = 0; j < VW; j++) store(acc[r][c][j] * inv, o + c * VW + j);
   }
 }
 

@@ -13,19 +13,19 @@ __all__ = ['CPU_OPS_SRC', 'FEW_ROWS', 'load_cpu_ops', 'rms_norm', 'fused_add_rms
            'linear_few_rows', 'packed_block_width']
 
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #90ea788e
-CPU_OPS_SRC = CPU_VECTOR_SRC + r'''  // 02's vector helpers first: vf, load16, to_f32, store, exp16
+CPU_OPS_SRC = CPU_VECTOR_SRC + r'''  // 02's vector helpers first: vf (VW floats), loadv, to_f32, store, expv
 #include <cmath>
 #include <type_traits>
 
 static inline uint32_t rne(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u + 0x7FFFu + ((u >> 16) & 1u); }  // high half: f rounded to bf16 (nearest even)
 static inline float round_like(float f, const float*) { return f; }
 static inline float round_like(float f, const bf16*) { uint32_t u = rne(f) & 0xFFFF0000u; std::memcpy(&f, &u, 4); return f; }
-// the same 16 at a time
+// the same VW at a time
 static inline vu rne(vf f) { vu u; std::memcpy(&u, &f, sizeof u); return u + 0x7FFFu + ((u >> 16) & 1u); }
 static inline vf round_like(vf f, const float*) { return f; }
 static inline vf round_like(vf f, const bf16*) { vu u = rne(f) & 0xFFFF0000u; std::memcpy(&f, &u, sizeof f); return f; }
-static inline void store16(vf f, float* p) { std::memcpy(p, &f, sizeof f); }
-static inline void store16(vf f, bf16* p) {
+static inline void storev(vf f, float* p) { std::memcpy(p, &f, sizeof f); }
+static inline void storev(vf f, bf16* p) {
 #ifdef __AVX512F__  // one narrowing store (the generic code below compiles to two halves)
   _mm256_storeu_si256((__m256i*)p, _mm512_cvtepi32_epi16((__m512i)(rne(f) >> 16)));
 #else
@@ -43,16 +43,16 @@ static void rms_norm(const T* x, T* residual, const T* w, T* y, int64_t rows, in
     int i = 0;
     if (residual) {
       T* res = residual + r * n;
-      for (; i + 16 <= n; i += 16) store16(load16(res + i) + load16(h + i), res + i);
+      for (; i + VW <= n; i += VW) storev(loadv(res + i) + loadv(h + i), res + i);
       for (; i < n; i++) store(to_f32(res[i]) + to_f32(h[i]), res + i);
       h = res;
     }
     vf ss = {}; float s = 0.f;
-    for (i = 0; i + 16 <= n; i += 16) { const vf v = load16(h + i); ss += v * v; }
+    for (i = 0; i + VW <= n; i += VW) { const vf v = loadv(h + i); ss += v * v; }
     for (; i < n; i++) { const float v = to_f32(h[i]); s += v * v; }
-    for (int j = 0; j < 16; j++) s += ss[j];
+    s += hsum(ss);
     const float inv = 1.f / std::sqrt(s / n + eps);
-    for (i = 0; i + 16 <= n; i += 16) store16(load16(w + i) * round_like(load16(h + i) * inv, h), yr + i);
+    for (i = 0; i + VW <= n; i += VW) storev(loadv(w + i) * round_like(loadv(h + i) * inv, h), yr + i);
     for (; i < n; i++) store(to_f32(w[i]) * round_like(to_f32(h[i]) * inv, h), yr + i);
   }
 }
@@ -68,10 +68,10 @@ static void rotary(T* q, int64_t qs, int H, T* k, int64_t ks, int Hkv, int D, co
     for (int h = 0; h < H + Hkv; h++) {
       T* x = h < H ? q + t * qs + h * D : k + t * ks + (h - H) * D;
       int i = 0;
-      for (; i + 16 <= half; i += 16) {
-        const vf x1 = load16(x + i), x2 = load16(x + i + half), ci = load16(c + i), si = load16(s + i);
-        store16(x1 * ci - x2 * si, x + i);
-        store16(x2 * ci + x1 * si, x + i + half);
+      for (; i + VW <= half; i += VW) {
+        const vf x1 = loadv(x + i), x2 = loadv(x + i + half), ci = loadv(c + i), si = loadv(s + i);
+        storev(x1 * ci - x2 * si, x + i);
+        storev(x2 * ci + x1 * si, x + i + half);
       }
       for (; i < half; i++) {
         const float x1 = to_f32(x[i]), x2 = to_f32(x[i + half]);
@@ -82,14 +82,14 @@ static void rotary(T* q, int64_t qs, int H, T* k, int64_t ks, int Hkv, int D, co
   }
 }
 
-// out (rows, I) = silu(x[:, :I]) * x[:, I:], 16 values at a time
+// out (rows, I) = silu(x[:, :I]) * x[:, I:], VW values at a time
 template <typename T>
 static void silu_and_mul(const T* x, T* out, int64_t rows, int I) {
 #pragma omp parallel for if (rows >= 16)
   for (int64_t r = 0; r < rows; r++) {
     const T* g = x + r * 2 * I; const T* u = g + I; T* o = out + r * I;
     int i = 0;
-    for (; i + 16 <= I; i += 16) { const vf a = load16(g + i); store16(a / (1.f + exp16(-a)) * load16(u + i), o + i); }
+    for (; i + VW <= I; i += VW) { const vf a = loadv(g + i); storev(a / (1.f + expv(-a)) * loadv(u + i), o + i); }
     for (; i < I; i++) { const float a = to_f32(g[i]); store(a / (1.f + std::exp(-a)) * to_f32(u[i]), o + i); }
   }
 }
@@ -100,17 +100,18 @@ static void silu_and_mul(const T* x, T* out, int64_t rows, int I) {
 // whole blocks, so each streams its part of W once, front to back. Within a block the kernel takes NV vectors of LW
 // outputs at a time (a slice: a whole block of 64 on AVX-512, 32 outputs on AVX2), rows LMT at a time, so that the
 // accumulators, the slice's weights for one input and the broadcast input all stay in registers:
+constexpr int LW = VW;                    // floats per vector (02's vf)
 #if defined(__AVX512F__)
-constexpr int LW = 16, LNV = 4, LMT = 6;  // 6 x 4 accumulators + 4 weights + 1 of 32 registers (zmm)
+constexpr int LNV = 4, LMT = 6;  // 6 x 4 accumulators + 4 weights + 1 of 32 registers (zmm)
 #elif defined(__AVX2__)
-constexpr int LW = 8, LNV = 4, LMT = 3;   // 3 x 4 + 4 + 1 = 17 of 16 (ymm): measured faster than 6 x 16 (see below)
+constexpr int LNV = 4, LMT = 3;  // 3 x 4 + 4 + 1 = 17 of 16 (ymm): measured faster than 6 x 2 (see below)
 #elif defined(__aarch64__)
-constexpr int LW = 4, LNV = 4, LMT = 6;   // NEON: 6 x 4 + 4 + 1 = 29 of 32
+constexpr int LNV = 4, LMT = 6;  // NEON: 6 x 4 + 4 + 1 = 29 of 32
 #else
-constexpr int LW = 4, LNV = 2, LMT = 4;   // SSE: 4 x 2 + 2 + 1 = 11 of 16
+constexpr int LNV = 2, LMT = 4;  // SSE: 4 x 2 + 2 + 1 = 11 of 16
 #endif
-typedef float lv __attribute__((vector_size(LW * 4)));
-static inline lv loadl(const float* p) { lv v; std::memcpy(&v, p, sizeof v); return v; }
+typedef vf lv;
+static inline lv loadl(const float* p) { return loadv(p); }
 static inline void storel(lv v, float* p) { std::memcpy(p, &v, sizeof v); }
 
 template <int MT, int NV>  // MT rows of x against the NV * LW outputs of one slice (w: its weight for input 0, rows of NB)
@@ -169,7 +170,7 @@ static inline void rows_x_block_bf16(const bf16* x, int64_t xs, const bf16* w, c
   for (int m = 0; m < MT; m++)
     for (int c = 0; c < 4; c++) {
       const vf v = (vf)acc[m][c];
-      store16(bias ? v + load16(bias + 16 * c) : v, y + m * ys + 16 * c);
+      storev(bias ? v + loadv(bias + 16 * c) : v, y + m * ys + 16 * c);
     }
 }
 template <int MT>  // the last n < MT rows
