@@ -21,7 +21,7 @@ __all__ = ['WORKLOADS', 'VLLM_WORKER', 'STEP_PARTS', 'THROUGHPUT_COLS', 'SERVE_C
            'add_workload_args', 'workload_from_args', 'cmd_throughput', 'measure_latency', 'bench_latency',
            'cmd_latency', 'run_async', 'run_serve_bench', 'process_rss_mb', 'server_blocks_in_use', 'run_load',
            'cmd_serve', 'cmd_serve_load', 'add_load_args', 'cmd_kernels', 'add_cli', 'plot_throughput_report',
-           'plot_sweep']
+           'plot_sweep', 'vllm_ratio_rows', 'plot_vllm_ratios']
 
 # %% ../nbs/30_benchmarks.ipynb #4445bf21
 WORKLOADS = {
@@ -174,7 +174,15 @@ def run_hf(model, wl:Workload, batch_size:int=8, seed:int=0, warmup:bool=True) -
 # %% ../nbs/30_benchmarks.ipynb #a615b145
 VLLM_WORKER = r'''
 "Run a benchmark job through real vLLM (in vLLM's own environment): the job as JSON on stdin, one result line on stdout."
-import json, sys, time
+import json, os, sys, time
+
+# Under LITEVLLM_CPU_ISA (litevllm behaving as on a narrower CPU) vLLM is narrowed the same way: torch, oneDNN and MKL
+# through the variables litevllm set (inherited), vLLM's choice of its _C / _C_AVX512 / _C_AVX2 kernels here (it asks
+# torch.cpu, which reads the CPU itself). At module level: vLLM's engine core, a spawned process, imports this file again.
+if os.environ.get("LITEVLLM_CPU_ISA", "").lower() in ("avx2", "avx512", "generic"):
+    import torch
+    torch.cpu._is_avx512_bf16_supported = lambda: False
+    if os.environ["LITEVLLM_CPU_ISA"].lower() != "avx512": torch.cpu._is_avx512_supported = lambda: False
 
 def main():
     job = json.load(sys.stdin)
@@ -198,7 +206,8 @@ def main():
         llm.generate([TokensPrompt(prompt_token_ids=job["ttft_prompt"])], SamplingParams(max_tokens=1), use_tqdm=False)
         ttft.append(time.perf_counter() - t0)
     n_out = [len(o.outputs[0].token_ids) for o in outs]
-    print("LITEVLLM_RESULT " + json.dumps(dict(version=vllm.__version__, seconds=seconds, output_tokens=sum(n_out),
+    dtype = str(llm.llm_engine.model_config.dtype).removeprefix("torch.")  # what vLLM ran (its choice for "auto")
+    print("LITEVLLM_RESULT " + json.dumps(dict(version=vllm.__version__, dtype=dtype, seconds=seconds, output_tokens=sum(n_out),
                                                per_request_tokens=n_out, ttft_s=ttft)), flush=True)
 
 if __name__ == "__main__":  # vLLM's engine core is a spawned process, which imports this file again
@@ -226,7 +235,7 @@ def run_vllm(python:str, wl:Workload, model, dtype:str, max_model_len:int, seed:
     res = next((json.loads(l.split(" ", 1)[1]) for l in p.stdout.splitlines() if l.startswith("LITEVLLM_RESULT ")), None)
     if p.returncode or res is None:
         raise RuntimeError(f"the vLLM run failed (exit {p.returncode}):\n{(p.stderr or p.stdout)[-3000:]}")
-    r = dict(engine=f"vllm {res['version']}", batch=max_num_seqs, seconds=res["seconds"], output_tokens=res["output_tokens"],
+    r = dict(engine=f"vllm {res['version']}", dtype=res.get("dtype", dtype), batch=max_num_seqs, seconds=res["seconds"], output_tokens=res["output_tokens"],
              per_request_tokens=res["per_request_tokens"])
     if res["ttft_s"]: r["ttft_ms"] = 1e3 * float(np.median(res["ttft_s"]))
     return _rates(r, wl)
@@ -290,7 +299,7 @@ def workload_from_args(ns) -> Workload:
                          output_len_range=ns.output_len_range, temperature=ns.temperature, seed=ns.seed)
 
 # %% ../nbs/30_benchmarks.ipynb #87dae0a5
-THROUGHPUT_COLS = ["engine", "cpu", "batch", "seconds", "output_tokens", "output_tok_s", "total_tok_s", "req_s", "ttft_ms", "litevllm_speedup"]
+THROUGHPUT_COLS = ["engine", "cpu", "dtype", "batch", "seconds", "output_tokens", "output_tok_s", "total_tok_s", "req_s", "ttft_ms", "litevllm_speedup"]
 
 def cmd_throughput(ns) -> int:
     from litevllm.attention import kv_prefault
@@ -309,7 +318,8 @@ def _throughput(ns) -> int:
     n_ttft = min(ns.ttft_prompt_len, cfg.max_model_len - 1)  # one prompt alone, as long as the model allows
     ttft_prompt = random.Random(wl.settings["seed"]).choices(range(*wl.settings["token_id_range"]), k=n_ttft) if n_ttft > 0 else None
     if ns.baseline == "vllm":
-        dtype = str(cfg.dtype).removeprefix("torch.")
+        # "auto" stays "auto": each engine picks its own dtype (vLLM bf16 on every x86 CPU, litevllm float32 where bf16 is emulated)
+        dtype = "auto" if ns.dtype == "auto" else str(cfg.dtype).removeprefix("torch.")
         results.append(run_vllm(ns.vllm_python, wl, cfg.model_path, dtype, cfg.max_model_len, cfg.seed, cfg.max_num_seqs,
                                 ttft_prompt=ttft_prompt, kv_fraction=cfg.gpu_memory_utilization,
                                 # on CPU the KV cache litevllm has (2 GiB unless set, 07_attention): a share of the
@@ -323,7 +333,7 @@ def _throughput(ns) -> int:
             print(f"transformers, batch {b}: {results[-1]['output_tok_s']:.1f} output tok/s", flush=True)
         del hf; gc.collect()
     llm = LLM(ns.model, **kw)
-    lv = run_litevllm(llm, wl, breakdown=ns.breakdown)
+    lv = {"dtype": str(cfg.dtype).removeprefix("torch.")} | run_litevllm(llm, wl, breakdown=ns.breakdown)
     if ttft_prompt: lv["ttft_ms"] = measure_ttft(llm, ttft_prompt)
     results.append(lv)
     for r in results[:-1]: r["litevllm_speedup"] = lv["output_tok_s"] / r["output_tok_s"]
@@ -674,6 +684,41 @@ def plot_sweep(rows:list[dict], title:str="", fname=None):
         rs = [r for r in rows if r["engine"] == eng]
         ax.plot([r["batch"] for r in rs], [r["output_tok_s"] for r in rs], st, label=f"{eng} ({what})")
     ax.set_xscale("log", base=2); ax.set_xlabel("requests at once"); ax.set_ylabel("output tokens / s"); ax.legend(); ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    if fname: fig.savefig(fname, dpi=90)
+    return fig
+
+def vllm_ratio_rows(reports:list[dict]) -> list[dict]:
+    "One row per throughput report that has a vLLM baseline: the CPU class, the workload, both engines' dtype (vLLM's / ours), tok/s and TTFT, the ratio."
+    rows = []
+    for rep in reports:
+        vl = next((r for r in rep["results"] if r["engine"].startswith("vllm")), None)
+        lv = next((r for r in rep["results"] if r["engine"] == "litevllm"), None)
+        if vl is None or lv is None: continue
+        w, m = rep["settings"]["workload"], rep["machine"]
+        shape = w["name"] if w["name"] != "custom" else f"{w['num_requests']} × {w['input_len_range'][0]}/{w['output_len_range'][0]}"
+        rows.append(dict(cpu=m.get("cpu_isa", "?") + (" (forced)" if m.get("cpu_isa_forced") else ""), date=m["date"][:10], workload=shape,
+                         asked=rep["settings"].get("engine", {}).get("dtype", "?"),  # --dtype: auto lets each engine pick
+                         dtype=f"{vl.get('dtype', '?')} / {lv.get('dtype', rep['dtype'].removeprefix('torch.'))}",
+                         vllm_tok_s=vl["output_tok_s"], litevllm_tok_s=lv["output_tok_s"], ratio=lv["output_tok_s"] / vl["output_tok_s"],
+                         vllm_ttft_ms=vl.get("ttft_ms"), litevllm_ttft_ms=lv.get("ttft_ms")))
+    order = lambda r: (r["cpu"], r["workload"] != "cpu-small", int(r["workload"].split(" × ")[0]) if " × " in r["workload"] else 0, r["asked"])
+    return sorted(rows, key=order)  # per CPU class: cpu-small first, then by number of requests
+
+def plot_vllm_ratios(rows:list[dict], title:str="", fname=None):
+    "litevllm ÷ vLLM output tok/s per workload (and dtypes), a bar per CPU class, and the line both must stay above: 1."
+    import matplotlib.pyplot as plt
+    key = lambda r: f"{r['workload']}\n--dtype {r['asked']}"
+    points, cpus = list(dict.fromkeys(map(key, rows))), list(dict.fromkeys(r["cpu"] for r in rows))
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    w = 0.8 / len(cpus)
+    for i, c in enumerate(cpus):
+        got = [(j, r["ratio"]) for j, pt in enumerate(points) for r in rows if r["cpu"] == c and key(r) == pt]
+        bars = ax.bar([j + (i - (len(cpus) - 1) / 2) * w for j, _ in got], [v for _, v in got], w, label=c)
+        ax.bar_label(bars, fmt="%.2f×", fontsize=7)
+    ax.axhline(1, color="k", lw=0.8, ls="--")
+    ax.set_xticks(range(len(points)), points, fontsize=7); ax.set_ylabel("litevllm ÷ vLLM (output tok/s)")
+    ax.legend(fontsize=8, title="CPU class", title_fontsize=8); ax.set_title(title, fontsize=9)
     fig.tight_layout()
     if fname: fig.savefig(fname, dpi=90)
     return fig
