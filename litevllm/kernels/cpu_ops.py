@@ -10,7 +10,7 @@ from .cpu_attention import CPU_VECTOR_SRC, build_cpu_library
 
 # %% auto #0
 __all__ = ['CPU_OPS_SRC', 'FEW_ROWS', 'load_cpu_ops', 'rms_norm', 'fused_add_rms_norm', 'rotary_', 'silu_and_mul',
-           'linear_few_rows', 'packed_block_width']
+           'linear_few_rows', 'packed_block_width', 'pack_bf16_weight', 'linear_few_rows_bf16_weight']
 
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #90ea788e
 CPU_OPS_SRC = CPU_VECTOR_SRC + r'''  // 02's vector helpers first: vf (VW floats), loadv, to_f32, store, expv
@@ -112,10 +112,11 @@ constexpr int LNV = 2, LMT = 4;  // SSE: 4 x 2 + 2 + 1 = 11 of 16
 #endif
 typedef vf lv;
 static inline lv loadl(const float* p) { return loadv(p); }
+static inline lv loadl(const bf16* p) { return loadv(p); }  // bfloat16 weights widened to float32 as they load (a shift)
 static inline void storel(lv v, float* p) { std::memcpy(p, &v, sizeof v); }
 
-template <int MT, int NV>  // MT rows of x against the NV * LW outputs of one slice (w: its weight for input 0, rows of NB)
-static inline void rows_x_slice(const float* x, int64_t xs, const float* w, int NB, const float* bias, float* y, int64_t ys, int K) {
+template <int MT, int NV, typename W>  // MT rows of x against the NV * LW outputs of one slice (w: its weight for input 0, rows of NB)
+static inline void rows_x_slice(const float* x, int64_t xs, const W* w, int NB, const float* bias, float* y, int64_t ys, int K) {
   lv acc[MT][NV];
   for (int m = 0; m < MT; m++) for (int c = 0; c < NV; c++) acc[m][c] = lv{};
   for (int k = 0; k < K; k++) {
@@ -129,19 +130,19 @@ static inline void rows_x_slice(const float* x, int64_t xs, const float* w, int 
   for (int m = 0; m < MT; m++)
     for (int c = 0; c < NV; c++) storel(bias ? acc[m][c] + loadl(bias + LW * c) : acc[m][c], y + m * ys + LW * c);
 }
-template <int MT, int NV>  // the last n < MT rows
-static inline void rows_x_slice_tail(int64_t n, const float* x, int64_t xs, const float* w, int NB, const float* bias, float* y, int64_t ys, int K) {
+template <int MT, int NV, typename W>  // the last n < MT rows
+static inline void rows_x_slice_tail(int64_t n, const float* x, int64_t xs, const W* w, int NB, const float* bias, float* y, int64_t ys, int K) {
   if constexpr (MT > 0) {
     if (n == MT) rows_x_slice<MT, NV>(x, xs, w, NB, bias, y, ys, K); else rows_x_slice_tail<MT - 1, NV>(n, x, xs, w, NB, bias, y, ys, K);
   }
 }
 
-template <int NV>
-static void linear_few_rows_f32(const float* x, int64_t xs, const float* w, const float* bias, float* y, int64_t M, int K, int N, int NB) {
+template <int NV, typename W>  // W: float, or bfloat16 weights in the same layout (half the bytes, float32 arithmetic)
+static void linear_few_rows_f32(const float* x, int64_t xs, const W* w, const float* bias, float* y, int64_t M, int K, int N, int NB) {
 #pragma omp parallel for schedule(static)
   for (int nb = 0; nb < N / NB; nb++)
     for (int s = 0; s < NB; s += NV * LW) {  // the block's slices, each streamed once per LMT rows (from L2 after the first)
-      const float* wb = w + int64_t(nb) * K * NB + s; const float* bb = bias ? bias + NB * nb + s : nullptr;
+      const W* wb = w + int64_t(nb) * K * NB + s; const float* bb = bias ? bias + NB * nb + s : nullptr;
       float* yb = y + NB * nb + s;
       int64_t m = 0;
       for (; m + LMT <= M; m += LMT) rows_x_slice<LMT, NV>(x + m * xs, xs, wb, NB, bb, yb + m * N, N, K);
@@ -190,19 +191,23 @@ static void linear_few_rows_bf16(const bf16* x, int64_t xs, const bf16* w, const
 }
 #endif
 
+template <typename W>
+static int linear_few_rows_f32_any(const float* x, int64_t xs, const W* w, const float* bias, float* y, int64_t M, int K, int N, int NB) {
+  if (NB % (LNV * LW) == 0) linear_few_rows_f32<LNV>(x, xs, w, bias, y, M, K, N, NB);
+  else if (LNV >= 2 && NB % (2 * LW) == 0) linear_few_rows_f32<2>(x, xs, w, bias, y, M, K, N, NB);
+  else if (NB % LW == 0) linear_few_rows_f32<1>(x, xs, w, bias, y, M, K, N, NB);
+  else return 1;
+  return 0;
+}
+
 extern "C" {
+// bf: 0 float32; 1 bfloat16 (x, W, y; oneDNN's pair layout, vdpbf16ps); 2 x and y float32, W bfloat16 in the float32 layout.
 // 0: done; 1: not a layout this kernel reads (N not whole blocks of NB; NB not whole vectors; bfloat16 without
 // AVX512-BF16, or with NB other than 64 or K odd)
 int litevllm_linear_few_rows(int bf, const void* x, int64_t xs, const void* w, const void* bias, void* y, int64_t M, int K, int N, int NB) {
   if (NB <= 0 || N % NB) return 1;
-  if (!bf) {
-    const float *xf = (const float*)x, *wf = (const float*)w, *bf_ = (const float*)bias; float* yf = (float*)y;
-    if (NB % (LNV * LW) == 0) linear_few_rows_f32<LNV>(xf, xs, wf, bf_, yf, M, K, N, NB);
-    else if (LNV >= 2 && NB % (2 * LW) == 0) linear_few_rows_f32<2>(xf, xs, wf, bf_, yf, M, K, N, NB);
-    else if (NB % LW == 0) linear_few_rows_f32<1>(xf, xs, wf, bf_, yf, M, K, N, NB);
-    else return 1;
-    return 0;
-  }
+  if (bf == 0) return linear_few_rows_f32_any((const float*)x, xs, (const float*)w, (const float*)bias, (float*)y, M, K, N, NB);
+  if (bf == 2) return linear_few_rows_f32_any((const float*)x, xs, (const bf16*)w, (const float*)bias, (float*)y, M, K, N, NB);
 #ifdef __AVX512BF16__
   if (K % 2 || NB != 64) return 1;
   linear_few_rows_bf16((const bf16*)x, xs, (const bf16*)w, (const bf16*)bias, (bf16*)y, M, K, N); return 0;
@@ -302,3 +307,22 @@ def packed_block_width(packed:torch.Tensor, bias:torch.Tensor|None=None) -> int|
             except ValueError: continue
             if torch.allclose(got, want, rtol=tol, atol=tol * float(want.abs().max())): return block
     return None
+
+def pack_bf16_weight(weight:torch.Tensor, block:int=64) -> torch.Tensor:
+    "A weight (out, in) rounded to bfloat16, laid out as `linear_few_rows_bf16_weight` reads it: [out/block][in][block]."
+    N, K = weight.shape
+    if N % block: raise ValueError(f"out_features ({N}) must be a multiple of block ({block})")
+    return weight.detach().to(torch.bfloat16).view(N // block, block, K).transpose(1, 2).contiguous()
+
+def linear_few_rows_bf16_weight(x:torch.Tensor, packed:torch.Tensor, bias:torch.Tensor|None=None) -> torch.Tensor:
+    "x (rows, in) float32 times a `pack_bf16_weight` weight: bfloat16's bytes read from memory, float32's arithmetic."
+    nblk, K, block = packed.shape
+    if x.dtype != torch.float32 or packed.dtype != torch.bfloat16 or x.dim() != 2 or x.shape[1] != K:
+        raise ValueError(f"x must be float32 (rows, {K}) and the weight bfloat16, got {x.dtype} {tuple(x.shape)}, {packed.dtype}")
+    if x.stride(1) != 1: x = x.contiguous()
+    y = x.new_empty(x.shape[0], nblk * block)
+    rc = load_cpu_ops().litevllm_linear_few_rows(2, _P(x.data_ptr()), _i64(x.stride(0)), _P(packed.data_ptr()),
+                                                 _P(bias.data_ptr()) if bias is not None else None, _P(y.data_ptr()),
+                                                 _i64(x.shape[0]), K, nblk * block, block)
+    if rc: raise ValueError(f"block ({block}) must be a multiple of this CPU's vector width")
+    return y
