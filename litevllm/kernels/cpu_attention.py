@@ -4,7 +4,7 @@
 
 # %% ../../kernels_nbs/02_cpu_attention.ipynb #1b2dd63b
 from __future__ import annotations
-import ctypes, functools, hashlib, logging, os, platform, random, shutil, subprocess, tempfile, time
+import ctypes, functools, hashlib, logging, os, random, shutil, subprocess, tempfile, time
 from pathlib import Path
 import torch
 from ..config import cpu_info
