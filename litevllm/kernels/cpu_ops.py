@@ -97,10 +97,9 @@ static void silu_and_mul(const T* x, T* out, int64_t rows, int I) {
 // y (M, N) = x (M, K; row stride xs) W^T + bias for the few rows of a decode step, reading W where oneDNN packed it:
 // in float32 that is [N/NB][K][NB], each block of NB outputs with input k's NB weights side by side (NB = 64 on
 // AVX-512, and on AVX2 for most shapes; 16 on AVX2 for some, such as 192 outputs: the caller finds NB). A thread takes
-// whole blocks, so each streams its part of W once, front to back. Within a block the kernel takes NV vectors of LW
+// whole blocks, so each streams its part of W once, front to back. Within a block the kernel takes NV vectors of VW
 // outputs at a time (a slice: a whole block of 64 on AVX-512, 32 outputs on AVX2), rows LMT at a time, so that the
 // accumulators, the slice's weights for one input and the broadcast input all stay in registers:
-constexpr int LW = VW;                    // floats per vector (02's vf)
 #if defined(__AVX512F__)
 constexpr int LNV = 4, LMT = 6;  // 6 x 4 accumulators + 4 weights + 1 of 32 registers (zmm)
 #elif defined(__AVX2__)
@@ -110,25 +109,22 @@ constexpr int LNV = 4, LMT = 6;  // NEON: 6 x 4 + 4 + 1 = 29 of 32
 #else
 constexpr int LNV = 2, LMT = 4;  // SSE: 4 x 2 + 2 + 1 = 11 of 16
 #endif
-typedef vf lv;
-static inline lv loadl(const float* p) { return loadv(p); }
-static inline lv loadl(const bf16* p) { return loadv(p); }  // bfloat16 weights widened to float32 as they load (a shift)
-static inline void storel(lv v, float* p) { std::memcpy(p, &v, sizeof v); }
+// (a bf16 weight goes through 02's loadv(const bf16*): widened to float32 as it loads, a shift)
 
-template <int MT, int NV, typename W>  // MT rows of x against the NV * LW outputs of one slice (w: its weight for input 0, rows of NB)
+template <int MT, int NV, typename W>  // MT rows of x against the NV * VW outputs of one slice (w: its weight for input 0, rows of NB)
 static inline void rows_x_slice(const float* x, int64_t xs, const W* w, int NB, const float* bias, float* y, int64_t ys, int K) {
-  lv acc[MT][NV];
-  for (int m = 0; m < MT; m++) for (int c = 0; c < NV; c++) acc[m][c] = lv{};
+  vf acc[MT][NV];
+  for (int m = 0; m < MT; m++) for (int c = 0; c < NV; c++) acc[m][c] = vf{};
   for (int k = 0; k < K; k++) {
-    lv wk[NV];
-    for (int c = 0; c < NV; c++) wk[c] = loadl(w + int64_t(k) * NB + c * LW);
+    vf wk[NV];
+    for (int c = 0; c < NV; c++) wk[c] = loadv(w + int64_t(k) * NB + c * VW);
     for (int m = 0; m < MT; m++) {
       const float xm = x[m * xs + k];
       for (int c = 0; c < NV; c++) acc[m][c] += xm * wk[c];
     }
   }
   for (int m = 0; m < MT; m++)
-    for (int c = 0; c < NV; c++) storel(bias ? acc[m][c] + loadl(bias + LW * c) : acc[m][c], y + m * ys + LW * c);
+    for (int c = 0; c < NV; c++) storev(bias ? acc[m][c] + loadv(bias + VW * c) : acc[m][c], y + m * ys + VW * c);
 }
 template <int MT, int NV, typename W>  // the last n < MT rows
 static inline void rows_x_slice_tail(int64_t n, const float* x, int64_t xs, const W* w, int NB, const float* bias, float* y, int64_t ys, int K) {
@@ -141,7 +137,7 @@ template <int NV, typename W>  // W: float, or bfloat16 weights in the same layo
 static void linear_few_rows_f32(const float* x, int64_t xs, const W* w, const float* bias, float* y, int64_t M, int K, int N, int NB) {
 #pragma omp parallel for schedule(static)
   for (int nb = 0; nb < N / NB; nb++)
-    for (int s = 0; s < NB; s += NV * LW) {  // the block's slices, each streamed once per LMT rows (from L2 after the first)
+    for (int s = 0; s < NB; s += NV * VW) {  // the block's slices, each streamed once per LMT rows (from L2 after the first)
       const W* wb = w + int64_t(nb) * K * NB + s; const float* bb = bias ? bias + NB * nb + s : nullptr;
       float* yb = y + NB * nb + s;
       int64_t m = 0;
@@ -193,9 +189,9 @@ static void linear_few_rows_bf16(const bf16* x, int64_t xs, const bf16* w, const
 
 template <typename W>
 static int linear_few_rows_f32_any(const float* x, int64_t xs, const W* w, const float* bias, float* y, int64_t M, int K, int N, int NB) {
-  if (NB % (LNV * LW) == 0) linear_few_rows_f32<LNV>(x, xs, w, bias, y, M, K, N, NB);
-  else if (LNV >= 2 && NB % (2 * LW) == 0) linear_few_rows_f32<2>(x, xs, w, bias, y, M, K, N, NB);
-  else if (NB % LW == 0) linear_few_rows_f32<1>(x, xs, w, bias, y, M, K, N, NB);
+  if (NB % (LNV * VW) == 0) linear_few_rows_f32<LNV>(x, xs, w, bias, y, M, K, N, NB);
+  else if (LNV >= 2 && NB % (2 * VW) == 0) linear_few_rows_f32<2>(x, xs, w, bias, y, M, K, N, NB);
+  else if (NB % VW == 0) linear_few_rows_f32<1>(x, xs, w, bias, y, M, K, N, NB);
   else return 1;
   return 0;
 }
