@@ -1,4 +1,4 @@
-"""vLLM's online engine: `async for out in engine.generate(...)`, aborts, and the engine core on a thread of its own
+"""vLLM's online engine: `async for out in engine.generate(...)`, aborts, and the engine core in a process of its own, read by a thread
 
 Docs: https://litevllm.github.io/litevllm/async_llm.html.md"""
 
@@ -12,6 +12,7 @@ from .config import EngineArgs, VllmConfig, DEFAULT_MODEL_NAME
 from .sampling_params import SamplingParams, RequestOutputKind
 from .inputs import PromptType, EngineCoreRequest
 from .engine import LLMEngine
+from .core_client import multiprocessing_enabled
 from .executor import EngineDeadError  # one class for a dead engine, whether a worker or the engine thread died
 from .output_processor import RequestOutput
 from .metrics import IterationStats, PrometheusStatLogger, parse_metrics, metric_value, cache_config_info
@@ -35,17 +36,19 @@ logger = logging.getLogger("litevllm")
 
 class AsyncLLM:
     "The online engine: an `LLMEngine` stepped by a background thread, async iterators of outputs in front."
-    def __init__(self, vllm_config:VllmConfig, log_stats:bool=True, served_model_name:str|None=None):
+    def __init__(self, vllm_config:VllmConfig, log_stats:bool=True, served_model_name:str|None=None, multiprocess_mode:bool|None=None):
         self.vllm_config = vllm_config
-        self.engine = LLMEngine(vllm_config)
-        self.engine.engine_core.isolate_failures = True  # a failing step fails its requests, not the engine (11_engine)
+        mp = multiprocessing_enabled() if multiprocess_mode is None else multiprocess_mode
+        # a failing step fails its requests, not the engine (engine_core's fault isolation)
+        self.engine = LLMEngine(vllm_config, multiprocess_mode=mp, isolate_failures=True, asyncio_mode=True)
+        self.engine_core = self.engine.engine_core   # vLLM's name for the client
         self.tokenizer = self.engine.tokenizer
         self.max_model_len = vllm_config.max_model_len
         name = served_model_name or (DEFAULT_MODEL_NAME if vllm_config.args.model is None else str(vllm_config.args.model))
-        pool = self.engine.engine_core.scheduler.kv_cache_manager.block_pool
-        self.block_pool = pool
-        self.stat_logger = PrometheusStatLogger(name, pool.num_blocks, cache_config=cache_config_info(vllm_config, pool.num_blocks),
-                                                max_model_len=vllm_config.max_model_len) if log_stats else None
+        n = self.engine.num_blocks
+        self.block_pool = None if mp else self.engine_core.scheduler.kv_cache_manager.block_pool  # in this process only
+        self.stat_logger = PrometheusStatLogger(name, n, cache_config=cache_config_info(vllm_config, n), max_model_len=vllm_config.max_model_len,
+                                                engine_indexes=list(range(vllm_config.parallel_config.data_parallel_size))) if log_stats else None
         self._requests: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}  # live request id -> (loop, queue)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self.dead_error: EngineDeadError|None = None
@@ -56,7 +59,7 @@ class AsyncLLM:
     @classmethod
     def from_engine_args(cls, engine_args:EngineArgs|None=None, log_stats:bool=True, served_model_name:str|None=None, **kwargs) -> AsyncLLM:
         "vLLM's constructor (vLLM-only keywords such as `usage_context` are accepted and ignored)."
-        return cls((engine_args or AsyncEngineArgs()).create_engine_config(), log_stats, served_model_name)
+        return cls((engine_args or AsyncEngineArgs()).create_engine_config(), log_stats, served_model_name, kwargs.get("multiprocess_mode"))
 
     @property
     def errored(self) -> bool: return self.dead_error is not None
@@ -69,6 +72,12 @@ class AsyncLLM:
 
 # %% ../nbs/14_async_llm.ipynb #0859e71d
 from fastcore.basics import patch
+
+@patch
+def _command(self:AsyncLLM, kind:str, arg=None):
+    "Queue a command for the engine thread and wake it if it waits for outputs."
+    self._commands.put((kind, arg))
+    self.engine_core.wake()
 
 @patch
 def _run_engine_loop(self:AsyncLLM):
@@ -89,7 +98,7 @@ def _run_engine_loop(self:AsyncLLM):
             elif kind == "abort": self._abort_in_engine(arg)
             elif kind == "call": arg()
         it = None
-        if eng.has_unfinished_requests():
+        if eng.has_unfinished_requests() or eng.engine_core.multiprocess:  # (idle, a multiprocess step only reads what came)
             try: outputs, it = self._step()
             except Exception as e:
                 logger.exception("litevllm: the engine core failed")
@@ -117,7 +126,9 @@ def _abort_in_engine(self:AsyncLLM, request_ids:list[str]):
 def _record_stats(self:AsyncLLM, it:IterationStats|None):
     if self.stat_logger is None: return
     eng = self.engine
-    self.stat_logger.record(eng.get_stats(), it, self.block_pool.get_num_free_blocks(), eng.output_processor.get_num_unfinished_requests())
+    for e, (stats, free) in eng.get_engine_stats().items(): self.stat_logger.record(stats, None, free, engine_index=e)  # each engine's own
+    self.stat_logger.record(num_unfinished=eng.output_processor.get_num_unfinished_requests())  # the front end's: under the first engine
+    self.stat_logger.record(None, it, engine_index=eng.last_engine_index)
 
 @patch
 def _fail_all(self:AsyncLLM, err:EngineDeadError, stopping:bool=False):
@@ -155,7 +166,7 @@ async def generate(self:AsyncLLM, prompt:PromptType, sampling_params:SamplingPar
     req = self.engine.process_inputs(request_id, prompt, sampling_params, arrival_time, priority)
     q: asyncio.Queue = asyncio.Queue()
     self._requests[request_id] = (asyncio.get_running_loop(), q)
-    self._commands.put(("add", req))
+    self._command("add", req)
     finished = False
     try:
         while True:
@@ -167,7 +178,7 @@ async def generate(self:AsyncLLM, prompt:PromptType, sampling_params:SamplingPar
             if finished: return
     finally:
         self._requests.pop(request_id, None)
-        if not finished: self._commands.put(("abort", [request_id]))
+        if not finished: self._command("abort", [request_id])
 
 @patch
 async def abort(self:AsyncLLM, request_id:str|list[str]):
@@ -175,19 +186,20 @@ async def abort(self:AsyncLLM, request_id:str|list[str]):
     ids = [request_id] if isinstance(request_id, str) else list(request_id)
     for rid in ids:
         if (ent := self._requests.pop(rid, None)) is not None: ent[1].put_nowait(_Aborted())
-    self._commands.put(("abort", ids))
+    self._command("abort", ids)
 
 @patch
 async def check_health(self:AsyncLLM):
     "Raise the engine's error if it is dead."
     if self.dead_error is not None: raise self.dead_error
     if not self._thread.is_alive(): raise EngineDeadError("the engine thread is not running")
+    self.engine_core.check_health()  # an engine-core process that died while idle
 
 @patch
 def shutdown(self:AsyncLLM, timeout:float=10.0):
     "Stop the engine thread (live requests fail with EngineDeadError), then the worker processes, if any."
     if self._thread.is_alive():
-        self._commands.put(("shutdown", None))
+        self._command("shutdown")
         self._thread.join(timeout)
     self._stopped = True
     self.engine.engine_core.shutdown()
@@ -195,7 +207,7 @@ def shutdown(self:AsyncLLM, timeout:float=10.0):
 @patch
 async def reset_prefix_cache(self:AsyncLLM) -> bool:
     fut = asyncio.get_running_loop().create_future()
-    self._commands.put(("call", lambda: fut.get_loop().call_soon_threadsafe(fut.set_result, self.engine.reset_prefix_cache())))
+    self._command("call", (lambda: fut.get_loop().call_soon_threadsafe(fut.set_result, self.engine.reset_prefix_cache())))
     return await fut
 
 # %% ../nbs/14_async_llm.ipynb #77e77fbf
@@ -204,5 +216,5 @@ async def fail_requests(self:AsyncLLM, err:Exception, request_ids:list[str]|None
     "End live requests (default: all) with `err` raised from their iterators, and abort them in the engine; how many."
     ids = list(self._requests) if request_ids is None else [r for r in request_ids if r in self._requests]
     for rid in ids: self._requests.pop(rid)[1].put_nowait(err)
-    if ids: self._commands.put(("abort", ids))
+    if ids: self._command("abort", ids)
     return len(ids)

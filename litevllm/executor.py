@@ -6,7 +6,7 @@ Docs: https://litevllm.github.io/litevllm/executor.html.md"""
 
 # %% ../nbs/09a_executor.ipynb #8356bf9b
 from __future__ import annotations
-import atexit, dataclasses, os, pickle, threading, time, traceback, weakref
+import atexit, contextlib, dataclasses, logging, os, pickle, sys, threading, time, traceback, weakref
 import multiprocessing as mp
 from multiprocessing.connection import wait as mp_wait
 import torch
@@ -17,8 +17,9 @@ from .scheduler import SchedulerOutput
 from .model_runner import ModelRunner, ModelRunnerOutput
 
 # %% auto #0
-__all__ = ['Worker', 'EngineDeadError', 'Executor', 'UniProcExecutor', 'WorkerProc', 'MultiprocExecutor', 'plot_layer_split',
-           'plot_step_timeline', 'ExecutorWithExternalLauncher']
+__all__ = ['logger', 'Worker', 'EngineDeadError', 'Executor', 'UniProcExecutor', 'fork_is_safe', 'get_mp_context',
+           'start_process', 'WorkerProc', 'MultiprocExecutor', 'plot_layer_split', 'plot_step_timeline',
+           'ExecutorWithExternalLauncher']
 
 # %% ../nbs/09a_executor.ipynb #3f036af6
 class Worker:
@@ -93,6 +94,55 @@ class UniProcExecutor(Executor):
     def execute_model(self, so:SchedulerOutput, grammar_output=None) -> ModelRunnerOutput: return self.driver_worker.execute_model(so, grammar_output)
     def collective_rpc(self, method:str, args:tuple=()) -> list: return [getattr(self.driver_worker, method)(*args)]
 
+# %% ../nbs/09a_executor.ipynb #adea9977
+logger = logging.getLogger("litevllm")
+
+def _native_threads() -> int:
+    "Threads of this process that Python did not start (torch's OpenMP pool, ...); -1 if /proc cannot say."
+    try: return len(os.listdir("/proc/self/task")) - threading.active_count()
+    except OSError: return -1
+
+_NATIVE_THREADS_AT_IMPORT = min(_native_threads(), 1)  # `import torch` leaves one (Linux x86-64); a running pool adds more
+
+def fork_is_safe() -> tuple[bool, str]:
+    "Whether a forked child could run torch here; if not, why."
+    if sys.platform != "linux": return False, "fork is used on Linux only"
+    if torch.cuda.is_initialized(): return False, "CUDA is initialised in this process"
+    n = _native_threads()
+    if n < 0 or n > _NATIVE_THREADS_AT_IMPORT:
+        return False, f"{n} threads that Python did not start run here (torch's OpenMP pool cannot be forked)"
+    return True, ""
+
+# %% ../nbs/09a_executor.ipynb #06a7c31a
+def get_mp_context():
+    "vLLM's rule, `VLLM_WORKER_MULTIPROC_METHOD` (default fork), but where fork is unsafe a fork server (Linux) or spawn."
+    method = os.environ.get("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+    if method not in ("fork", "spawn", "forkserver"):
+        raise ValueError(f"VLLM_WORKER_MULTIPROC_METHOD must be fork, spawn or forkserver, got {method!r}")
+    if method == "fork" and not (safe := fork_is_safe())[0]:
+        method = "forkserver" if sys.platform == "linux" else "spawn"
+        logger.info("litevllm: starting processes with %r, not 'fork': %s", method, safe[1])
+    ctx = mp.get_context(method)
+    if method == "forkserver": ctx.set_forkserver_preload(["litevllm.engine_core"])  # imported once, in the server: each child starts at once
+    return ctx
+
+@contextlib.contextmanager
+def _script_hidden():
+    "While a process starts: `multiprocessing` does not see the `__main__` script, so a spawned child does not re-run it."
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        if main is not None: main.__dict__.pop("__file__", None); main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None: main.__dict__.pop("__spec__", None); main.__dict__.update(saved)
+
+def start_process(ctx, target, args:tuple=(), name:str|None=None, daemon:bool=True):
+    "Start `target(*args)` in a process of `ctx` (see `get_mp_context`); the started process."
+    p = ctx.Process(target=target, args=args, name=name, daemon=daemon)
+    with _script_hidden(): p.start()
+    return p
+
 # %% ../nbs/09a_executor.ipynb #2a6c65e9
 def _send(conn, obj): conn.send_bytes(pickle.dumps(obj))  # plain pickle: tensors by value, no shared file descriptors
 def _recv(conn): return pickle.loads(conn.recv_bytes())
@@ -152,18 +202,16 @@ def _worker_main():
     return importlib.import_module("litevllm.executor").WorkerProc.worker_main
 
 class MultiprocExecutor(Executor):
-    "One spawned worker process per rank; the scheduler's output goes to every rank, rank 0's `ModelRunnerOutput` comes back."
+    "One worker process per rank; the scheduler's output goes to every rank, rank 0's `ModelRunnerOutput` comes back."
     def __init__(self, vllm_config:VllmConfig):
         ws = self.world_size = vllm_config.parallel_config.world_size
-        ctx = mp.get_context("spawn")  # a fresh interpreter per rank: no forked torch threads, CUDA-safe
+        ctx = get_mp_context()  # fork where it is safe, else spawn (above)
         init_method = f"tcp://127.0.0.1:{get_open_port()}"  # the ranks' own rendezvous (torch.distributed's)
         self.procs, self.conns, self._death = [], [], []
         for rank in range(ws):
             mine, theirs = ctx.Pipe()
             death_r, death_w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_worker_main(), args=(vllm_config, rank, ws, init_method, theirs, death_r),
-                            name=f"litevllm-worker-{rank}", daemon=True)
-            p.start()
+            p = start_process(ctx, _worker_main(), (vllm_config, rank, ws, init_method, theirs, death_r), f"litevllm-worker-{rank}")
             theirs.close(); death_r.close()
             self.procs.append(p); self.conns.append(mine); self._death.append(death_w)
         self._finalizer = weakref.finalize(self, _shutdown_workers, self.procs, self.conns, self._death)

@@ -7,6 +7,7 @@ Docs: https://litevllm.github.io/litevllm/metrics.html.md"""
 # %% ../nbs/13_metrics.ipynb #c9a8c89d
 from __future__ import annotations
 import time
+from types import SimpleNamespace
 from dataclasses import dataclass, field
 import prometheus_client as prom
 from prometheus_client import CollectorRegistry, generate_latest, disable_created_metrics
@@ -91,90 +92,98 @@ def _request_tokens_buckets(max_model_len:int) -> list[int]:
         exp += 1
 
 class PrometheusStatLogger:
-    "vLLM's Prometheus metrics (names, labels `model_name` and `engine`, buckets), in a registry of their own."
+    "vLLM's Prometheus metrics (names, labels `model_name` and `engine`, buckets), in a registry of their own; one label set per engine core."
     def __init__(self, model_name:str, num_blocks:int, registry:CollectorRegistry|None=None,
                  cache_config:dict|None=None,  # vllm:cache_config_info's labels (vLLM: every CacheConfig field, as strings)
-                 max_model_len:int=10000, engine:str="0"):
+                 max_model_len:int=10000, engine:str="0",
+                 engine_indexes:list[int]|None=None):  # data parallel: the engine cores (default: `engine` alone)
         self.registry = r = registry or CollectorRegistry()
-        self.model_name, self.num_blocks, self.engine = model_name, num_blocks, engine
-        lab, vals = ["model_name", "engine"], (model_name, engine)
-        def gauge(name, doc): return prom.Gauge(name, doc, lab, registry=r, multiprocess_mode="mostrecent").labels(*vals)
-        def counter(name, doc): return prom.Counter(name, doc, lab, registry=r).labels(*vals)
-        def hist(name, doc, buckets): return prom.Histogram(name, doc, lab, buckets=buckets, registry=r).labels(*vals)
+        self.engines = [str(e) for e in engine_indexes] if engine_indexes is not None else [str(engine)]
+        self.model_name, self.num_blocks, self.engine = model_name, num_blocks, self.engines[0]
+        lab, fams = ["model_name", "engine"], {}
+        def gauge(attr, name, doc): fams[attr] = prom.Gauge(name, doc, lab, registry=r, multiprocess_mode="mostrecent")
+        def counter(attr, name, doc): fams[attr] = prom.Counter(name, doc, lab, registry=r)
+        def hist(attr, name, doc, buckets): fams[attr] = prom.Histogram(name, doc, lab, buckets=buckets, registry=r)
         tok_buckets = _request_tokens_buckets(max_model_len)
-        self.num_requests_running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
-        self.num_requests_waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
-        self.kv_cache_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
-        self.num_free_blocks = gauge("litevllm:num_free_blocks", "KV blocks with no request using them (cached or not).")
-        self.num_total_blocks = gauge("litevllm:num_total_blocks", "KV blocks in the pool.")
-        self.num_unfinished = gauge("litevllm:num_unfinished_requests", "Requests the front end is still tracking.")
-        self.num_total_blocks.set(num_blocks); self.num_free_blocks.set(num_blocks)
-        self.prefix_cache_queries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
-        self.prefix_cache_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
-        self.num_preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
-        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
-        self.prompt_tokens_cached = counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
-        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        gauge("num_requests_running", "vllm:num_requests_running", "Number of requests in model execution batches.")
+        gauge("num_requests_waiting", "vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+        gauge("kv_cache_usage", "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        gauge("num_free_blocks", "litevllm:num_free_blocks", "KV blocks with no request using them (cached or not).")
+        gauge("num_total_blocks", "litevllm:num_total_blocks", "KV blocks in the pool.")
+        gauge("num_unfinished", "litevllm:num_unfinished_requests", "Requests the front end is still tracking.")
+        counter("prefix_cache_queries", "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
+        counter("prefix_cache_hits", "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        counter("num_preemptions", "vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        counter("prompt_tokens", "vllm:prompt_tokens", "Number of prefill tokens processed.")
+        counter("prompt_tokens_cached", "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
+        counter("generation_tokens", "vllm:generation_tokens", "Number of generation tokens processed.")
         self.request_success = prom.Counter("vllm:request_success", "Count of successfully processed requests.",
                                             lab + ["finished_reason"], registry=r)
-        for reason in _FINISH_REASONS: self.request_success.labels(model_name, engine, reason)
-        self.prompt_len = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tok_buckets)
-        self.gen_len = hist("vllm:request_generation_tokens", "Number of generation tokens processed.", tok_buckets)
-        self.iteration_tokens = hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", _ITERATION_TOKENS_BUCKETS)
-        self.max_num_gen_tokens = hist("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.", tok_buckets)
-        self.params_n = hist("vllm:request_params_n", "Histogram of the n request parameter.", [1, 2, 5, 10, 20])
-        self.params_max_tokens = hist("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", tok_buckets)
-        self.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _LATENCY_BUCKETS)
-        self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _ITL_BUCKETS)
-        self.tpot = hist("vllm:time_per_output_token_seconds", "Mean time per output token of each request, in seconds (vLLM's older name).", _ITL_BUCKETS)
-        self.tpot_v1 = hist("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", _ITL_BUCKETS)
-        self.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", _E2E_BUCKETS)
-        self.queue_time = hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", _E2E_BUCKETS)
-        self.inference_time = hist("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", _E2E_BUCKETS)
-        self.prefill_time = hist("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", _E2E_BUCKETS)
-        self.decode_time = hist("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", _E2E_BUCKETS)
-        self.prefill_kv_computed = hist("vllm:request_prefill_kv_computed_tokens",
-                                        "Histogram of new KV tokens computed during prefill (excluding cached tokens).", tok_buckets)
-        info = {k: str(v) for k, v in (cache_config or {"num_gpu_blocks": num_blocks}).items()} | {"engine": engine}
-        prom.Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", list(info), registry=r,
-                   multiprocess_mode="mostrecent").labels(**info).set(1)  # an info metric: a gauge set to 1, as vLLM
-        self._last_preemptions = 0
+        hist("prompt_len", "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tok_buckets)
+        hist("gen_len", "vllm:request_generation_tokens", "Number of generation tokens processed.", tok_buckets)
+        hist("iteration_tokens", "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", _ITERATION_TOKENS_BUCKETS)
+        hist("max_num_gen_tokens", "vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.", tok_buckets)
+        hist("params_n", "vllm:request_params_n", "Histogram of the n request parameter.", [1, 2, 5, 10, 20])
+        hist("params_max_tokens", "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", tok_buckets)
+        hist("ttft", "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _LATENCY_BUCKETS)
+        hist("itl", "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _ITL_BUCKETS)
+        hist("tpot", "vllm:time_per_output_token_seconds", "Mean time per output token of each request, in seconds (vLLM's older name).", _ITL_BUCKETS)
+        hist("tpot_v1", "vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", _ITL_BUCKETS)
+        hist("e2e", "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", _E2E_BUCKETS)
+        hist("queue_time", "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", _E2E_BUCKETS)
+        hist("inference_time", "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", _E2E_BUCKETS)
+        hist("prefill_time", "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", _E2E_BUCKETS)
+        hist("decode_time", "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", _E2E_BUCKETS)
+        hist("prefill_kv_computed", "vllm:request_prefill_kv_computed_tokens",
+             "Histogram of new KV tokens computed during prefill (excluding cached tokens).", tok_buckets)
+        info_fam = None
+        self.views = {}  # engine -> its children of every family
+        for e in self.engines:
+            v = self.views[e] = SimpleNamespace(engine=e, last_preemptions=0, **{k: f.labels(model_name, e) for k, f in fams.items()})
+            v.num_total_blocks.set(num_blocks); v.num_free_blocks.set(num_blocks)
+            for reason in _FINISH_REASONS: self.request_success.labels(model_name, e, reason)
+            info = {k: str(v_) for k, v_ in (cache_config or {"num_gpu_blocks": num_blocks}).items()} | {"engine": e}
+            if info_fam is None: info_fam = prom.Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", list(info), registry=r,
+                                                       multiprocess_mode="mostrecent")
+            info_fam.labels(**info).set(1)  # an info metric: a gauge set to 1, as vLLM
+        self.__dict__.update({k: getattr(self.views[self.engine], k) for k in fams})  # the first engine's, by their names
 
 # %% ../nbs/13_metrics.ipynb #4cc8a5f5
 @patch
 def record(self:PrometheusStatLogger, scheduler_stats:SchedulerStats|None=None, iteration_stats:IterationStats|None=None,
-           num_free_blocks:int|None=None, num_unfinished:int|None=None):
-    "Update the metrics with a step's scheduler and iteration stats."
+           num_free_blocks:int|None=None, num_unfinished:int|None=None, engine_index:int|None=None):
+    "Update the metrics of engine `engine_index` (default: the first) with a step's scheduler and iteration stats."
+    v = self.views[self.engine if engine_index is None else str(engine_index)]
     if scheduler_stats is not None:
         s = scheduler_stats
-        self.num_requests_running.set(s.num_running_reqs)
-        self.num_requests_waiting.set(s.num_waiting_reqs)
-        self.kv_cache_usage.set(s.kv_cache_usage)
-        self.prefix_cache_queries.inc(s.prefix_cache_stats.queries)
-        self.prefix_cache_hits.inc(s.prefix_cache_stats.hits)
-        if s.num_preemptions > self._last_preemptions:  # the scheduler counts since start: add the difference
-            self.num_preemptions.inc(s.num_preemptions - self._last_preemptions); self._last_preemptions = s.num_preemptions
-    if num_free_blocks is not None: self.num_free_blocks.set(num_free_blocks)
-    if num_unfinished is not None: self.num_unfinished.set(num_unfinished)
+        v.num_requests_running.set(s.num_running_reqs)
+        v.num_requests_waiting.set(s.num_waiting_reqs)
+        v.kv_cache_usage.set(s.kv_cache_usage)
+        v.prefix_cache_queries.inc(s.prefix_cache_stats.queries)
+        v.prefix_cache_hits.inc(s.prefix_cache_stats.hits)
+        if s.num_preemptions > v.last_preemptions:  # the scheduler counts since start: add the difference
+            v.num_preemptions.inc(s.num_preemptions - v.last_preemptions); v.last_preemptions = s.num_preemptions
+    if num_free_blocks is not None: v.num_free_blocks.set(num_free_blocks)
+    if num_unfinished is not None: v.num_unfinished.set(num_unfinished)
     if iteration_stats is None: return
     it = iteration_stats
-    self.prompt_tokens.inc(it.num_prompt_tokens)
-    self.prompt_tokens_cached.inc(it.num_cached_tokens)
-    self.generation_tokens.inc(it.num_generation_tokens)
-    self.iteration_tokens.observe(it.num_prompt_tokens - it.num_cached_tokens + it.num_generation_tokens)  # tokens computed this step
-    for t in it.time_to_first_tokens_iter: self.ttft.observe(t)
-    for t in it.inter_token_latencies_iter: self.itl.observe(t)
+    v.prompt_tokens.inc(it.num_prompt_tokens)
+    v.prompt_tokens_cached.inc(it.num_cached_tokens)
+    v.generation_tokens.inc(it.num_generation_tokens)
+    v.iteration_tokens.observe(it.num_prompt_tokens - it.num_cached_tokens + it.num_generation_tokens)  # tokens computed this step
+    for t in it.time_to_first_tokens_iter: v.ttft.observe(t)
+    for t in it.inter_token_latencies_iter: v.itl.observe(t)
     for f in it.finished_requests:
-        self.request_success.labels(self.model_name, self.engine, f.finish_reason).inc()
-        self.e2e.observe(f.e2e_latency)
-        for h, v in ((self.queue_time, f.queued_time), (self.prefill_time, f.prefill_time), (self.decode_time, f.decode_time),
-                     (self.inference_time, f.inference_time)): h.observe(v)
-        self.prefill_kv_computed.observe(f.num_prompt_tokens - max(f.num_cached_tokens, 0))
-        if f.n_param is not None: self.params_n.observe(f.n_param)
-        if f.max_tokens_param: self.params_max_tokens.observe(f.max_tokens_param); self.max_num_gen_tokens.observe(f.max_tokens_param)
-        self.prompt_len.observe(f.num_prompt_tokens); self.gen_len.observe(f.num_generation_tokens)
+        self.request_success.labels(self.model_name, v.engine, f.finish_reason).inc()
+        v.e2e.observe(f.e2e_latency)
+        for h, x in ((v.queue_time, f.queued_time), (v.prefill_time, f.prefill_time), (v.decode_time, f.decode_time),
+                     (v.inference_time, f.inference_time)): h.observe(x)
+        v.prefill_kv_computed.observe(f.num_prompt_tokens - max(f.num_cached_tokens, 0))
+        if f.n_param is not None: v.params_n.observe(f.n_param)
+        if f.max_tokens_param: v.params_max_tokens.observe(f.max_tokens_param); v.max_num_gen_tokens.observe(f.max_tokens_param)
+        v.prompt_len.observe(f.num_prompt_tokens); v.gen_len.observe(f.num_generation_tokens)
         if f.mean_time_per_output_token is not None:
-            self.tpot.observe(f.mean_time_per_output_token); self.tpot_v1.observe(f.mean_time_per_output_token)
+            v.tpot.observe(f.mean_time_per_output_token); v.tpot_v1.observe(f.mean_time_per_output_token)
 
 @patch
 def record_abort(self:PrometheusStatLogger, n:int=1):
@@ -259,5 +268,6 @@ def new_iteration_stats(self:PrometheusStatLogger) -> IterationStats: return Ite
 @patch
 def record_engine_step(self:PrometheusStatLogger, engine, iteration_stats:IterationStats|None):
     "Record one step of `engine` (an `LLMEngine`): its scheduler stats, this iteration, free blocks and live requests."
-    pool = engine.engine_core.scheduler.kv_cache_manager.block_pool
-    self.record(engine.get_stats(), iteration_stats, pool.get_num_free_blocks(), engine.output_processor.get_num_unfinished_requests())
+    for e, (stats, free) in engine.get_engine_stats().items(): self.record(stats, None, free, engine_index=e)
+    self.record(num_unfinished=engine.output_processor.get_num_unfinished_requests())  # the front end's: under the first engine
+    self.record(None, iteration_stats, engine_index=engine.last_engine_index)

@@ -16,3 +16,18 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "gpu" in item.keywords: item.add_marker(skip)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _engine_in_process(request):
+    """A test module that looks inside the engine (its scheduler, block pool, model runner) says `ENGINE_IN_PROCESS = True`:
+    its engines then run the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, the InprocClient). Every other
+    module gets vLLM's default, the engine core in a process of its own."""
+    if not getattr(request.module, "ENGINE_IN_PROCESS", False):
+        yield; return
+    old = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try: yield
+    finally:
+        if old is None: os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+        else: os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = old

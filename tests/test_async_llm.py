@@ -6,6 +6,8 @@ from litevllm.config import EngineArgs
 from litevllm.sampling_params import SamplingParams, RequestOutputKind
 from litevllm import LLM
 
+ENGINE_IN_PROCESS = True  # these tests look inside the engine core (conftest: VLLM_ENABLE_V1_MULTIPROCESSING=0)
+
 
 @pytest.fixture(scope="module")
 def engine():

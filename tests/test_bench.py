@@ -1,10 +1,13 @@
 "`litevllm bench`: the workload is reproducible, both sides count the same tokens, the reports carry the machine; no timing is asserted."
-import asyncio, contextlib, json, socket, threading, time
+import asyncio, contextlib, json, os, socket, sys, threading, time
+from pathlib import Path
 import pytest, torch, uvicorn
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from litevllm.bench import make_workload, run_hf, run_litevllm, load_hf_model, hf_batches, run_serve_bench, run_async
-from litevllm.cli import main
+from litevllm.bench import (add_ratios, parse_vllm_bench_output, serve_argvs, server_process, free_port, port_in_use, format_table,
+                            COMPARE_COLS, vllm_bench_argv)
+from litevllm.cli import main, make_parser
 from litevllm.config import platform_dtypes
 from litevllm.models.llama import save_random_model
 
@@ -110,3 +113,170 @@ def test_cli_serve(tiny, tmp_path):
     rep = json.loads(out.read_text())
     assert rep["model"] == "fake" and rep["results"][0]["completed"] == 3
     assert [b["max_tokens"] for b in seen] == make_workload("custom", num_requests=3, input_len_range=(4, 8), output_len_range=(2, 4)).max_tokens
+
+
+# --- `litevllm bench serve --baseline`: the servers started here, one at a time ---------------------------------------------
+
+VLLM_PYTHON = Path(__file__).resolve().parents[1]/".vllm-venv/bin/python"
+needs_vllm = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM venv (make vllm-baseline)")
+
+# printed by `vllm bench serve` (vLLM 0.32.0, from .vllm-venv) against `litevllm serve` with the default model, float32,
+# on a 2-core AMD EPYC: 4 prompts of 32 tokens, 8 out, concurrency 2 (a functional run on a busy machine, not a measurement)
+VLLM_BENCH_OUTPUT = """\
+Starting main benchmark run...
+Traffic request rate: inf
+Burstiness factor: 1.0 (Poisson process)
+Maximum request concurrency: 2
+tip: install termplotlib and gnuplot to plot the metrics
+============ Serving Benchmark Result ============
+Successful requests:                     4         
+Failed requests:                         0         
+Maximum request concurrency:             2         
+Benchmark duration (s):                  0.48      
+Total input tokens:                      128       
+Total generated tokens:                  32        
+Request throughput (req/s):              8.29      
+Output token throughput (tok/s):         66.30     
+Peak output token throughput (tok/s):    32.00     
+Peak concurrent requests:                4.00      
+Total token throughput (tok/s):          331.51    
+---------------Time to First Token----------------
+Mean TTFT (ms):                          63.41     
+Median TTFT (ms):                        65.28     
+P50 TTFT (ms):                           65.28     
+P99 TTFT (ms):                           78.63     
+-----Time per Output Token (excl. 1st token)------
+Mean TPOT (ms):                          24.30     
+Median TPOT (ms):                        24.29     
+P50 TPOT (ms):                           24.29     
+P99 TPOT (ms):                           25.23     
+---------------Inter-token Latency----------------
+Mean ITL (ms):                           24.30     
+Median ITL (ms):                         23.77     
+P50 ITL (ms):                            23.77     
+P99 ITL (ms):                            34.34     
+----------------End-to-end Latency----------------
+Mean E2EL (ms):                          233.52    
+Median E2EL (ms):                        233.15    
+P50 E2EL (ms):                           233.15    
+P99 E2EL (ms):                           246.61    
+==================================================
+"""
+
+
+def test_serve_compare_args():
+    ns = make_parser().parse_args(["bench", "serve", "--baseline", "vllm", "--max-concurrency", "1", "16", "64", "--client", "litevllm", "vllm"])
+    assert (ns.baseline, ns.max_concurrency, ns.client, ns.vllm_python) == ("vllm", [1, 16, 64], ["litevllm", "vllm"], ".vllm-venv/bin/python")
+    assert (ns.random_input_len, ns.random_output_len, ns.num_prompts, ns.num_warmups, ns.dtype, ns.port) == (256, 64, None, 2, "float32", None)
+    assert ns.health_interval == 0.05 and ns.seed == 0
+    plain = make_parser().parse_args(["bench", "serve", "--max-concurrency", "4"])
+    assert (plain.baseline, plain.max_concurrency, plain.client, plain.base_url) == (None, [4], ["litevllm"], "http://127.0.0.1:8000")
+    with pytest.raises(SystemExit): make_parser().parse_args(["bench", "serve", "--baseline", "sglang"])
+
+
+def test_serve_compare_refusals(capsys):
+    assert main(["bench", "serve", "--client", "vllm"]) == 2  # vLLM's client only against the servers started here
+    assert "--baseline" in capsys.readouterr().err
+    assert main(["bench", "serve", "--steady", "--max-concurrency", "1", "2"]) == 2
+    assert main(["bench", "serve", "--baseline", "none", "--random-input-len", "9000"]) == 2  # does not fit max_model_len
+    assert main(["bench", "serve", "--baseline", "vllm", "--vllm-python", "/nonexistent/python"]) == 2
+    assert "make vllm-baseline" in capsys.readouterr().err
+
+
+def test_serve_argvs_same_settings():
+    kw = dict(dtype="float32", max_model_len=512, seed=0, max_num_seqs=256, gpu_memory_utilization=0.9, kv_cache_memory_bytes=2**31,
+              max_num_batched_tokens=1024)
+    av = serve_argvs("/m", 8123, "m", kw, cli=["py", "vllm_cli.py"])
+    assert list(av) == ["vllm", "litevllm"]  # vLLM first
+    for a in av.values():
+        s = " ".join(a)
+        for part in ("/m --host 127.0.0.1 --port 8123", "--served-model-name m", "--dtype float32", "--max-model-len 512",
+                     "--kv-cache-memory-bytes 2147483648", "--max-num-batched-tokens 1024"):
+            assert part in s, (part, s)
+    assert av["litevllm"][:4] == [sys.executable, "-m", "litevllm.cli", "serve"] and av["vllm"][:3] == ["py", "vllm_cli.py", "serve"]
+    assert list(serve_argvs("/m", 1, "m", kw)) == ["litevllm"]
+
+
+def test_ratios_and_table():
+    rows = [dict(engine="litevllm", client="litevllm", max_concurrency=16, output_tok_s=50.0, ttft_ms_mean=300.0, tpot_ms_mean=20.0),
+            dict(engine="vllm 0.32.0", client="litevllm", max_concurrency=16, output_tok_s=100.0, ttft_ms_mean=200.0, tpot_ms_mean=10.0),
+            dict(engine="litevllm", client="litevllm", max_concurrency=1, output_tok_s=10.0, ttft_ms_mean=50.0, tpot_ms_mean=5.0),
+            dict(engine="vllm 0.32.0", client="litevllm", max_concurrency=1, output_tok_s=8.0, ttft_ms_mean=100.0, tpot_ms_mean=0.0)]
+    rs = add_ratios(rows)
+    assert [(r["max_concurrency"], r["engine"]) for r in rs] == [(1, "vllm 0.32.0"), (1, "litevllm"), (16, "vllm 0.32.0"), (16, "litevllm")]
+    assert (rs[1]["tok_s_ratio"], rs[1]["ttft_ratio"], rs[1]["tpot_ratio"]) == (1.25, 0.5, None)  # vLLM's TPOT 0: no ratio
+    assert (rs[3]["tok_s_ratio"], rs[3]["ttft_ratio"], rs[3]["tpot_ratio"]) == (0.5, 1.5, 2.0)
+    assert "tok_s_ratio" not in rs[0]
+    table = format_table(rs, COMPARE_COLS)
+    assert table.splitlines()[0].split() == COMPARE_COLS and "1.25" in table
+
+
+def test_parse_vllm_bench_output():
+    v = parse_vllm_bench_output(VLLM_BENCH_OUTPUT)
+    assert (v["completed"], v["failed"], v["max_concurrency"], v["input_tokens"], v["output_tokens"]) == (4, 0, 2, 128, 32)
+    assert (v["output_tok_s"], v["ttft_ms_mean"], v["ttft_ms_p99"], v["tpot_ms_mean"], v["tpot_ms_p99"]) == (66.30, 63.41, 78.63, 24.30, 25.23)
+    assert (v["ttft_ms_p50"], v["itl_ms_p99"], v["e2e_ms_mean"], v["mean_input_tokens"], v["mean_output_tokens"]) == (65.28, 34.34, 233.52, 32.0, 8.0)
+    with pytest.raises(ValueError, match="Serving Benchmark Result"): parse_vllm_bench_output("Traceback (most recent call last): ...")
+    argv = " ".join(vllm_bench_argv("http://127.0.0.1:9", "m", "/tok", 256, 64, 16, 64))
+    for part in ("bench serve --backend openai --base-url http://127.0.0.1:9", "--dataset-name random --random-input-len 256 --random-output-len 64",
+                 "--num-prompts 64 --max-concurrency 16", "--ignore-eos", "--tokenizer /tok", "--temperature 0.0"):
+        assert part in argv, part
+
+
+def test_server_process_stops_the_group(tmp_path):
+    "A server whose child would outlive a plain kill of its parent: the whole group goes, the port is free again."
+    app = tmp_path/"srv.py"
+    app.write_text("import http.server, subprocess, sys\n"
+                   "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                   "class H(http.server.BaseHTTPRequestHandler):\n"
+                   "    def do_GET(self): self.send_response(200); self.end_headers()\n"
+                   "    def log_message(self, *a): pass\n"
+                   "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+    port = free_port()
+    with pytest.raises(KeyboardInterrupt):  # an interrupted run stops the server too
+        with server_process([sys.executable, str(app), str(port)], f"http://127.0.0.1:{port}", log=tmp_path/"log") as proc:
+            pgid = os.getpgid(proc.pid)
+            assert pgid != os.getpgid(0) and port_in_use(port)
+            raise KeyboardInterrupt
+    with pytest.raises(ProcessLookupError): os.killpg(pgid, 0)
+    assert not port_in_use(port)
+    with pytest.raises(RuntimeError, match="no such flag"):
+        with server_process([sys.executable, "-c", "print('no such flag'); raise SystemExit(2)"], f"http://127.0.0.1:{free_port()}", log=tmp_path/"l2"): pass
+
+
+def _serve_rows(tiny, tmp_path, *extra):
+    out = tmp_path/"serve.json"
+    assert main(["bench", "serve", "--baseline", "none", "--model", str(tiny), "--num-prompts", "4", "--random-input-len", "32",
+                 "--random-output-len", "8", "--max-model-len", "64", "--kv-cache-memory-bytes", str(2**22), "--no-tqdm",
+                 "--output-json", str(out), *extra]) == 0
+    return json.loads(out.read_text())
+
+
+def test_cli_serve_baseline_none(tiny, tmp_path, capsys):
+    "The whole command against `litevllm serve` alone: started, driven at concurrency 1 and 2, stopped."
+    rep = _serve_rows(tiny, tmp_path, "--max-concurrency", "1", "2")
+    rows = rep["results"]
+    assert [(r["max_concurrency"], r["engine"], r["client"], r["num_prompts"]) for r in rows] == [(1, "litevllm", "litevllm", 4), (2, "litevllm", "litevllm", 4)]
+    for r in rows:
+        assert (r["completed"], r["failed"], r["output_tokens"], r["mean_input_tokens"], r["mean_output_tokens"]) == (4, 0, 32, 32.0, 8.0)
+        assert 0 < r["ttft_ms_mean"] <= r["ttft_ms_p99"] and 0 < r["tpot_ms_mean"] <= r["tpot_ms_p99"] and r["output_tok_s"] > 0
+        assert r["health_probes"] > 0 and r["health_failed"] == 0 and 0 < r["health_p99_ms"] < 5000
+        assert "tok_s_ratio" not in r  # no vLLM row to divide by
+    assert rep["bench"] == "serve-compare" and rep["dtype"] == "float32" and rep["max_model_len"] == 64
+    assert {"cpu_model", "cpu_isa", "cpu_count", "torch", "litevllm"} <= set(rep["machine"])
+    assert "--kv-cache-memory-bytes 4194304" in " ".join(rep["servers"]["litevllm"])
+    printed = capsys.readouterr().out
+    assert "health_p99_ms" in printed and "litevllm ready after" in printed
+    port = rep["settings"]["port"]
+    assert not port_in_use(port)  # the server is gone
+
+
+@needs_vllm
+def test_cli_serve_vllm_client(tiny, tmp_path):
+    "vLLM's own `vllm bench serve` against `litevllm serve`, beside our client, on the same server."
+    rows = _serve_rows(tiny, tmp_path, "--max-concurrency", "2", "--client", "litevllm", "vllm", "--vllm-python", str(VLLM_PYTHON))["results"]
+    assert [(r["client"], r["engine"]) for r in rows] == [("litevllm", "litevllm"), ("vllm", "litevllm")]
+    ours, theirs = rows
+    assert theirs["completed"] == 4 and theirs["failed"] == 0 and theirs["output_tokens"] == 32 and theirs["output_tok_s"] > 0
+    assert theirs["ttft_ms_mean"] > 0 and theirs["tpot_ms_p99"] > 0 and theirs["health_probes"] > 0
+    assert ours["output_tokens"] == theirs["output_tokens"]

@@ -5,6 +5,8 @@ from litevllm import LLM, SamplingParams
 from litevllm.attention import kv_cache_bytes_per_block
 from litevllm.models.llama import save_random_model
 
+ENGINE_IN_PROCESS = True  # these tests look inside the engine core (conftest: VLLM_ENABLE_V1_MULTIPROCESSING=0)
+
 pytestmark = pytest.mark.gpu  # conftest.py skips these without CUDA
 
 

@@ -6,6 +6,8 @@ from litevllm.config import EngineArgs
 from litevllm.engine import LLMEngine
 from litevllm.sampling_params import SamplingParams
 
+ENGINE_IN_PROCESS = True  # these tests look inside the engine core (conftest: VLLM_ENABLE_V1_MULTIPROCESSING=0)
+
 POISON = 31999
 GREEDY = SamplingParams(temperature=0, max_tokens=8)
 PROMPT = "The capital of France is"

@@ -10,6 +10,8 @@ from litevllm.request import RequestStatus
 from litevllm.config import default_model_path
 from litevllm.models.llama import save_random_model
 
+ENGINE_IN_PROCESS = True  # these tests look inside the engine core (conftest: VLLM_ENABLE_V1_MULTIPROCESSING=0)
+
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):",
            "List three colors:\n1.", "Water boils at", "The quick brown fox jumps over the lazy dog. " * 6,
            "In 1492,", "Translate to French: I like apples.\n"]

@@ -9,6 +9,8 @@ from litevllm.request import FinishReason
 from litevllm.scheduler import EngineCoreOutput
 from litevllm.output_processor import IncrementalDetokenizer, OutputProcessor, check_stop_strings
 
+ENGINE_IN_PROCESS = True  # these tests look inside the engine core (conftest: VLLM_ENABLE_V1_MULTIPROCESSING=0)
+
 
 CUM, DELTA, FINAL = RequestOutputKind.CUMULATIVE, RequestOutputKind.DELTA, RequestOutputKind.FINAL_ONLY
 

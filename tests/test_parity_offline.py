@@ -15,6 +15,8 @@ from litevllm.exceptions import VLLMError, VLLMClientError, VLLMValidationError
 from litevllm.metrics import Counter, Gauge, Histogram
 from litevllm.models.llama import save_random_model
 
+ENGINE_IN_PROCESS = True  # these tests look inside the engine core (conftest: VLLM_ENABLE_V1_MULTIPROCESSING=0)
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):

@@ -8,6 +8,8 @@ from litevllm.inputs import InputProcessor, get_tokenizer
 from litevllm.exceptions import VLLMValidationError
 from litevllm.sampler import Sampler, make_sampling_metadata, apply_top_k_top_p, apply_min_p, gather_logprobs
 
+ENGINE_IN_PROCESS = True  # these tests look inside the engine core (conftest: VLLM_ENABLE_V1_MULTIPROCESSING=0)
+
 
 V = 40
 NEG = float("-inf")

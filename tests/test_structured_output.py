@@ -7,6 +7,8 @@ from litevllm.sampling_params import StructuredOutputsParams as SO
 from litevllm.request import RequestStatus
 import litevllm.engine, litevllm.server, litevllm.structured_output as so_mod
 
+ENGINE_IN_PROCESS = True  # these tests look inside the engine core (conftest: VLLM_ENABLE_V1_MULTIPROCESSING=0)
+
 SCHEMAS = {
     "flat": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 16},
                                               "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"]},

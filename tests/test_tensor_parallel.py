@@ -12,6 +12,8 @@ from litevllm.executor import EngineDeadError, MultiprocExecutor
 from litevllm.models.llama import save_random_model
 from litevllm.cli import main
 
+ENGINE_IN_PROCESS = True  # these tests look inside the engine core (conftest: VLLM_ENABLE_V1_MULTIPROCESSING=0)
+
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "List three colors:\n1.",
            "The quick brown fox jumps over the lazy dog. " * 4]
 KW = dict(dtype="float32", max_model_len=256, num_gpu_blocks_override=128, seed=0)

@@ -4,6 +4,8 @@ import pytest, torch
 from litevllm import LLM, SamplingParams
 from litevllm.models.llama import save_random_model
 
+ENGINE_IN_PROCESS = True  # these tests look inside the engine core (conftest: VLLM_ENABLE_V1_MULTIPROCESSING=0)
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="needs CUDA or TRITON_INTERPRET=1 (set by conftest.py on CPU)")
 
