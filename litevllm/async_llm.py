@@ -58,8 +58,9 @@ class AsyncLLM:
 
     @classmethod
     def from_engine_args(cls, engine_args:EngineArgs|None=None, log_stats:bool=True, served_model_name:str|None=None, **kwargs) -> AsyncLLM:
-        "vLLM's constructor (vLLM-only keywords such as `usage_context` are accepted and ignored)."
-        return cls((engine_args or AsyncEngineArgs()).create_engine_config(), log_stats, served_model_name, kwargs.get("multiprocess_mode"))
+        "vLLM's constructor; `usage_context` picks vLLM's defaults for it (other vLLM-only keywords are accepted and ignored)."
+        config = (engine_args or AsyncEngineArgs()).create_engine_config(kwargs.get("usage_context"))  # the server says 'openai_api_server'
+        return cls(config, log_stats, served_model_name, kwargs.get("multiprocess_mode"))
 
     @property
     def errored(self) -> bool: return self.dead_error is not None

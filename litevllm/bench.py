@@ -426,6 +426,15 @@ def _latency(ns) -> int:
     return 0
 
 # %% ../nbs/30_benchmarks.ipynb #533b1adf
+async def _sse_lines(resp):
+    "The lines of a server-sent-event stream, split at newlines only."
+    # not `aiter_lines`: it also splits at U+2028 and the like, which vLLM's JSON leaves raw inside strings
+    buf = ""
+    async for text in resp.aiter_text():
+        *lines, buf = (buf + text).split("\n")
+        for line in lines: yield line.rstrip("\r")
+    if buf: yield buf.rstrip("\r")
+
 async def _stream_one(client, url:str, payload:dict, hang_up_after:int|None=None) -> dict:
     "One streamed completion: its timings (perf_counter seconds), chunks, usage; with `hang_up_after`, the client closes the connection after that many text chunks."
     r = dict(ok=False, aborted=False, start=time.perf_counter(), chunks=[], usage=None, error=None)
@@ -434,7 +443,7 @@ async def _stream_one(client, url:str, payload:dict, hang_up_after:int|None=None
             if resp.status_code != 200:
                 r["error"] = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
                 return r
-            async for line in resp.aiter_lines():
+            async for line in _sse_lines(resp):
                 if not line.startswith("data:"): continue
                 data = line[5:].strip()
                 if data == "[DONE]": r["ok"] = True; break

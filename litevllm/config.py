@@ -35,7 +35,7 @@ class EngineArgs:
     max_model_len: int|None = None         # prompt + output tokens; default: the model's max_position_embeddings
     block_size: int = 16                   # tokens per KV block
     max_num_seqs: int = 256                # requests running at once
-    max_num_batched_tokens: int|None = None  # token budget per step; default 8192 (chunked prefill) else max(max_model_len, 2048)
+    max_num_batched_tokens: int|None = None  # token budget per step; default 8192 (chunked prefill; the server on CPU: 2048 per TP rank, as vLLM) else max(max_model_len, 2048)
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0  # >0: cap one request's share of a step when others are present
@@ -287,8 +287,8 @@ def _resolve_device(device:str) -> torch.device:
     return torch.device(device)
 
 @patch
-def create_engine_config(self:EngineArgs) -> VllmConfig:
-    "Resolve these args against the model and the machine."
+def create_engine_config(self:EngineArgs, usage_context:str|None=None) -> VllmConfig:
+    "Resolve these args against the model and the machine (`usage_context`: 'openai_api_server' for the server's defaults)."
     from transformers import AutoConfig
     path = resolve_model(self.model)
     hf_config = AutoConfig.from_pretrained(path)
@@ -299,7 +299,10 @@ def create_engine_config(self:EngineArgs) -> VllmConfig:
     if max_model_len > max_pos:
         raise ValueError(f"max_model_len ({max_model_len}) is larger than the model's max_position_embeddings ({max_pos})")
     if self.max_num_batched_tokens is not None: budget = self.max_num_batched_tokens
-    else: budget = 8192 if self.enable_chunked_prefill else max(max_model_len, 2048)
+    elif not self.enable_chunked_prefill: budget = max(max_model_len, 2048)
+    elif device.type == "cpu" and str(usage_context).lower().endswith("openai_api_server"):
+        budget = 2048 * self.tensor_parallel_size  # vLLM's server default on CPU: shorter steps, earlier first tokens
+    else: budget = 8192
     if not self.enable_chunked_prefill and budget < max_model_len:
         raise ValueError(f"max_num_batched_tokens ({budget}) must be >= max_model_len ({max_model_len}) when chunked prefill is disabled")
     backend = resolve_attention_backend(self.attention_backend, device, dtype, hf_config, self.block_size)

@@ -832,7 +832,8 @@ def cmd_serve(ns) -> int:
     model = ns.model or ns.model_flag
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(name)s: %(message)s")
     names = ns.served_model_name or default_served_names(model)
-    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_kwargs(ns)), served_model_name=names[0])
+    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_kwargs(ns)), served_model_name=names[0],
+                                      usage_context="openai_api_server")  # vLLM's server defaults (the step budget on CPU)
     limits = ServerLimits(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerLimits)})
     app = build_app(engine, names, ns.api_key or os.environ.get("VLLM_API_KEY"), limits, ns.trust_request_chat_template)
     config = uvicorn.Config(app, host=ns.host, port=ns.port, log_level=ns.uvicorn_log_level, access_log=not ns.disable_uvicorn_access_log,
