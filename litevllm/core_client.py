@@ -7,13 +7,13 @@ Docs: https://litevllm.github.io/litevllm/core_client.html.md"""
 # %% ../nbs/10b_core_client.ipynb #38a8b71c
 from __future__ import annotations
 import asyncio, collections, logging, os, tempfile, threading, time, uuid, weakref
-import msgspec, zmq
+import zmq
 from .config import VllmConfig
 from .inputs import EngineCoreRequest
 from .request import RequestStatus
 from .sampler import LogprobsTensors
 from .executor import EngineDeadError, get_mp_context, start_process
-from .engine_core import (EngineCore, EngineCoreOutputs, EngineCoreRequestType, MsgpackEncoder, MsgpackDecoder,
+from .engine_core import (EngineCore, EngineCoreOutputs, EngineCoreHello, EngineCoreRequestType, MsgpackEncoder, MsgpackDecoder,
                                   _engine_core_main)
 
 logger = logging.getLogger("litevllm")
@@ -106,7 +106,7 @@ class MPClient(EngineCoreClient):
             self._managers.append(self.engine_manager)
             self.hellos = self._wait_for_hellos()
         except BaseException: self.shutdown(); raise
-        self.num_blocks = min(h["num_blocks"] for h in self.hellos)
+        self.num_blocks = min(h.num_blocks for h in self.hellos)
 
     def _bind(self, backend:str) -> tuple[str, str]:
         if backend == "ray":  # engines on other nodes connect over TCP to this node's address (the one Ray knows it by)
@@ -130,15 +130,15 @@ def _shutdown_client(managers:list, ctx, sockets:list):
 from fastcore.basics import patch
 
 @patch
-def _wait_for_hellos(self:MPClient) -> list[dict]:
-    "Each engine's hello (index, KV blocks, pid), or the reason it could not start."
-    hellos, deadline = {}, time.monotonic() + _HELLO_TIMEOUT_S
+def _wait_for_hellos(self:MPClient) -> list[EngineCoreHello]:
+    "Each engine's hello (index, pid, KV blocks), or the reason it could not start."
+    hellos, deadline, dec = {}, time.monotonic() + _HELLO_TIMEOUT_S, MsgpackDecoder(EngineCoreHello)
     while len(hellos) < self.num_engines:
         if self.input_socket.poll(100):
             _, msg = self.input_socket.recv_multipart()
-            h = msgspec.msgpack.decode(msg)
-            if h.get("error"): raise RuntimeError(f"engine core {h['engine_index']} failed to start: {h['error']}")
-            hellos[h["engine_index"]] = h
+            h = dec.decode(msg)
+            if h.error: raise RuntimeError(f"engine core {h.engine_index} failed to start: {h.error}")
+            hellos[h.engine_index] = h
         elif (why := self.engine_manager.why_dead()) is not None: raise RuntimeError(f"an engine core died while starting: {why}")
         elif time.monotonic() > deadline: raise TimeoutError(f"the engine cores did not start in {_HELLO_TIMEOUT_S:.0f} s")
     return [hellos[i] for i in range(self.num_engines)]
@@ -262,7 +262,7 @@ class ProcEngineManager:
         for i in range(n):
             death_r, death_w = ctx.Pipe(duplex=False)
             p = start_process(ctx, _engine_core_main(), (vllm_config, input_address, output_address, i, isolate_failures, death_r, env),
-                              f"litevllm-engine-core-{i}", daemon=False)  # not daemonic: it starts worker processes of its own (TP)
+                              f"litevllm-engine-core-{i}")  # daemonic: terminated, not waited for, when its parent exits however it exits
             death_r.close()
             self.procs.append(p); self._death.append(death_w)
 

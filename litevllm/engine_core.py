@@ -6,7 +6,7 @@ Docs: https://litevllm.github.io/litevllm/engine_core.html.md"""
 
 # %% ../nbs/10a_engine_core.ipynb #9fe72e3a
 from __future__ import annotations
-import enum, logging, os, signal, struct, threading, time, traceback
+import enum, logging, multiprocessing, os, signal, struct, threading, time, traceback
 import msgspec, zmq, torch
 from fastcore.basics import patch
 from .config import VllmConfig
@@ -19,7 +19,8 @@ logger = logging.getLogger("litevllm")
 
 # %% auto #0
 __all__ = ['logger', 'AddPayload', 'AbortPayload', 'UtilityPayload', 'EngineCore', 'UtilityOutput', 'EngineCoreOutputs',
-           'MsgpackEncoder', 'MsgpackDecoder', 'EngineCoreRequestType', 'EngineCoreProc', 'run_engine_core']
+           'MsgpackEncoder', 'MsgpackDecoder', 'EngineCoreRequestType', 'EngineCoreHello', 'EngineCoreProc',
+           'run_engine_core']
 
 # %% ../nbs/10a_engine_core.ipynb #8d6d1da6
 class EngineCore:
@@ -169,6 +170,13 @@ AddPayload = tuple[EngineCoreRequest, list[list[int]]]   # the request, its bad 
 AbortPayload = tuple[list[str], int]                     # request ids, the RequestStatus they finish with
 UtilityPayload = tuple[int, str, list]                   # call id, method, arguments
 
+class EngineCoreHello(msgspec.Struct, omit_defaults=True):
+    "An engine core's first message: its index, pid and KV blocks, or why it could not start."
+    engine_index: int
+    pid: int
+    num_blocks: int|None = None
+    error: str|None = None
+
 # %% ../nbs/10a_engine_core.ipynb #7106cadb
 class EngineCoreProc(EngineCore):
     "An `EngineCore` fed by a request socket, answering on an output socket, in a busy loop."
@@ -195,7 +203,7 @@ class EngineCoreProc(EngineCore):
 
     def _say_hello(self, error:str|None=None):
         n = None if error else self.num_blocks()
-        self.input_socket.send(self.encoder.encode(dict(engine_index=self.engine_index, num_blocks=n, pid=os.getpid(), error=error)))
+        self.input_socket.send(self.encoder.encode(EngineCoreHello(self.engine_index, os.getpid(), n, error)))
 
 # %% ../nbs/10a_engine_core.ipynb #38cbc398
 @patch
@@ -245,6 +253,9 @@ def _exit_on_sigterm(*_): raise SystemExit(0)
 def run_engine_core(vllm_config:VllmConfig, input_address:str, output_address:str, engine_index:int=0,
                     isolate_failures:bool=False, death_pipe=None, environ:dict|None=None):
     "The main function of an engine-core process."
+    # started daemonic (its parent terminates it at exit rather than wait for it); but it starts worker processes of its
+    # own with tensor parallelism, which multiprocessing refuses a daemonic process: it is their parent, and stops them
+    multiprocessing.current_process()._config["daemon"] = False
     if environ: os.environ.update(environ)  # a process from a fork server has the server's environment, not the front end's
     if death_pipe is not None: threading.Thread(target=_watch_parent, args=(death_pipe,), daemon=True).start()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
