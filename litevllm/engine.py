@@ -31,10 +31,11 @@ class LLMEngine:
     "Tokenize, run the engine core (through a client), detokenize: vLLM's offline engine."
     def __init__(self, vllm_config:VllmConfig, multiprocess_mode:bool=False, isolate_failures:bool=False, asyncio_mode:bool=False):
         self.vllm_config = vllm_config
+        # the engine core first: a process of its own can still be forked (the tokenizer's threads not yet started)
+        self.engine_core = EngineCoreClient.make_client(vllm_config, multiprocess_mode, asyncio_mode, isolate_failures)
         self.tokenizer = get_tokenizer(vllm_config.tokenizer or vllm_config.model_path)
         self.input_processor = InputProcessor(vllm_config, self.tokenizer)
         self.output_processor = OutputProcessor(self.tokenizer)
-        self.engine_core = EngineCoreClient.make_client(vllm_config, multiprocess_mode, asyncio_mode, isolate_failures)
         self.num_blocks = self.engine_core.num_blocks      # per engine core
         self.num_free_blocks = self.num_blocks              # as of the last step's outputs (summed over engines)
         self._core_stats: dict[int, SchedulerStats] = {}    # engine index -> its last stats

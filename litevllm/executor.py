@@ -98,8 +98,10 @@ class UniProcExecutor(Executor):
 logger = logging.getLogger("litevllm")
 
 def _native_threads() -> int:
-    "Threads of this process that Python did not start (torch's OpenMP pool, ...); -1 if /proc cannot say."
-    try: return len(os.listdir("/proc/self/task")) - threading.active_count()
+    "Threads of this process that Python did not start (torch's OpenMP pool, ...), but ZeroMQ's own; -1 if /proc cannot say."
+    try:
+        names = [open(f"/proc/self/task/{t}/comm").read() for t in os.listdir("/proc/self/task")]
+        return sum(not n.startswith("ZMQbg/") for n in names) - threading.active_count()  # a forked child makes its own ZMQ context
     except OSError: return -1
 
 _NATIVE_THREADS_AT_IMPORT = min(_native_threads(), 1)  # `import torch` leaves one (Linux x86-64); a running pool adds more

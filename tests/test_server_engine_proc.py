@@ -7,8 +7,12 @@ from test_server import start_server, stop_server, wait_idle, MODEL
 
 
 def engine_core_pids(server_pid: int) -> list[int]:
-    "The server's engine-core processes: its children, but multiprocessing's resource tracker."
-    return [k.pid for k in psutil.Process(server_pid).children() if "resource_tracker" not in " ".join(k.cmdline())]
+    "The server's engine-core processes: its children (but multiprocessing's helpers), or its fork server's."
+    kids = psutil.Process(server_pid).children()
+    helper = lambda k, name: f"multiprocessing.{name}" in " ".join(k.cmdline())
+    fork_servers = [k for k in kids if helper(k, "forkserver")]
+    return [k.pid for k in kids if not helper(k, "forkserver") and not helper(k, "resource_tracker")] + \
+           [c.pid for s in fork_servers for c in s.children()]
 
 
 def all_gone(pids, timeout=15.0) -> bool:
