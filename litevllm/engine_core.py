@@ -260,6 +260,8 @@ def run_engine_core(vllm_config:VllmConfig, input_address:str, output_address:st
     if death_pipe is not None: threading.Thread(target=_watch_parent, args=(death_pipe,), daemon=True).start()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the front end's to handle: it shuts this process down
+    dp = vllm_config.parallel_config.data_parallel_size
+    if vllm_config.device.type == "cpu" and dp > 1: torch.set_num_threads(max(1, (os.cpu_count() or 1) // dp))  # share the cores
     proc, code = None, 0
     try:
         proc = EngineCoreProc(vllm_config, input_address, output_address, engine_index, isolate_failures)

@@ -157,7 +157,8 @@ class WorkerProc:
         threading.Thread(target=WorkerProc._watch_parent, args=(death_pipe,), daemon=True).start()
         c = vllm_config
         try:
-            if c.device.type == "cpu": torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))  # share the cores
+            if c.device.type == "cpu":  # share the cores with the other ranks, and with the other engines' (data parallel)
+                torch.set_num_threads(max(1, (os.cpu_count() or 1) // (world_size * c.parallel_config.data_parallel_size)))
             else: c = dataclasses.replace(c, device=torch.device("cuda", rank))
             tp = init_distributed_environment(world_size, rank, init_method, c.device)
             worker = Worker(c, rank, tp)
