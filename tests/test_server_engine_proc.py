@@ -87,7 +87,7 @@ def test_killed_engine_core_fails_streams_fast_and_leaves_nothing():
 
 def test_server_exit_leaves_no_engine_process():
     proc, base = start_server("--data-parallel-size", "2", "--kv-cache-memory-bytes", str(32 * 2**20))
-    pids = engine_core_pids(proc.pid)
+    try: pids = engine_core_pids(proc.pid)
+    finally: stop_server(proc)  # even if the assertion below fails: no server left behind
     assert len(pids) == 2
-    stop_server(proc)
     assert all_gone(pids)
