@@ -12,11 +12,11 @@ from .config import EngineArgs, VllmConfig, DEFAULT_MODEL_NAME
 from .sampling_params import SamplingParams
 from .exceptions import VLLMValidationError
 from .inputs import InputProcessor, EngineCoreRequest, get_tokenizer, PromptType
-from .request import Request, RequestStatus
+from .request import RequestStatus
 from .kv_cache import PrefixCacheStats
-from .scheduler import Scheduler, EngineCoreOutput, SchedulerStats, SchedulerOutput
+from .scheduler import EngineCoreOutput, SchedulerStats
 from .structured_output import validate_structured_output
-from .executor import EngineDeadError
+from .executor import EngineDeadError  # noqa: re-exported, as before
 from .engine_core import EngineCore, EngineCoreOutputs  # EngineCore: also importable from here, as before
 from .core_client import EngineCoreClient, multiprocessing_enabled
 from .output_processor import OutputProcessor, ParentRequest, RequestOutput, OutputProcessorOutput

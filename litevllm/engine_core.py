@@ -6,7 +6,7 @@ Docs: https://litevllm.github.io/litevllm/engine_core.html.md"""
 
 # %% ../nbs/10a_engine_core.ipynb #9fe72e3a
 from __future__ import annotations
-import enum, logging, multiprocessing, os, signal, struct, threading, time, traceback
+import enum, logging, multiprocessing, os, signal, struct, threading, time
 import msgspec, zmq, torch
 from fastcore.basics import patch
 from .config import VllmConfig
