@@ -6,15 +6,17 @@ Docs: https://litevllm.github.io/litevllm/async_llm.html.md"""
 
 # %% ../nbs/14_async_llm.ipynb #4d558917
 from __future__ import annotations
-import asyncio, dataclasses, logging, queue, threading, time
+import asyncio, dataclasses, logging, queue, threading, time, uuid
 from collections.abc import AsyncGenerator
 from .config import EngineArgs, VllmConfig, DEFAULT_MODEL_NAME
-from .sampling_params import SamplingParams, RequestOutputKind
+from .sampling_params import SamplingParams, RequestOutputKind, BeamSearchParams
 from .inputs import PromptType, EngineCoreRequest
 from .engine import LLMEngine
 from .core_client import multiprocessing_enabled
 from .executor import EngineDeadError  # one class for a dead engine, whether a worker or the engine thread died
-from .output_processor import RequestOutput
+from .output_processor import RequestOutput, CompletionOutput
+from .exceptions import VLLMValidationError
+from .llm import BeamSearchSequence, get_beam_search_score  # 12_llm's offline beam search: its beams and vLLM's score
 from .metrics import IterationStats, PrometheusStatLogger, parse_metrics, metric_value, cache_config_info
 
 # %% auto #0
@@ -30,6 +32,9 @@ class EngineGenerateError(RuntimeError):
 
 class _Aborted:  # the sentinel that ends a request's iterator after `abort`
     pass
+
+class _BeamSearch:  # a live `beam_search`: its step requests in flight, and why it must stop (an _Aborted or an error)
+    def __init__(self): self.steps, self.stop = [], None
 
 # %% ../nbs/14_async_llm.ipynb #7f65b4a7
 logger = logging.getLogger("litevllm")
@@ -50,6 +55,7 @@ class AsyncLLM:
         self.stat_logger = PrometheusStatLogger(name, n, cache_config=cache_config_info(vllm_config, n), max_model_len=vllm_config.max_model_len,
                                                 engine_indexes=list(range(vllm_config.parallel_config.data_parallel_size))) if log_stats else None
         self._requests: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}  # live request id -> (loop, queue)
+        self._beam_searches: dict[str, _BeamSearch] = {}  # live beam search id -> its state (its steps are in _requests)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self.dead_error: EngineDeadError|None = None
         self._stopped = False
@@ -182,9 +188,17 @@ async def generate(self:AsyncLLM, prompt:PromptType, sampling_params:SamplingPar
         if not finished: self._command("abort", [request_id])
 
 @patch
+def _with_beam_steps(self:AsyncLLM, ids:list[str], stop) -> list[str]:
+    "`ids`, and the step requests in flight of the beam searches among them, which are told to `stop`."
+    res = list(ids)
+    for rid in ids:
+        if (bs := self._beam_searches.get(rid)) is not None: bs.stop = bs.stop or stop; res += bs.steps
+    return res
+
+@patch
 async def abort(self:AsyncLLM, request_id:str|list[str]):
-    "Abort requests: their iterators end, their blocks are freed; unknown or finished ids are ignored."
-    ids = [request_id] if isinstance(request_id, str) else list(request_id)
+    "Abort requests (a beam search's id too): their iterators end, their blocks are freed; unknown or finished ids are ignored."
+    ids = self._with_beam_steps([request_id] if isinstance(request_id, str) else list(request_id), _Aborted())
     for rid in ids:
         if (ent := self._requests.pop(rid, None)) is not None: ent[1].put_nowait(_Aborted())
     self._command("abort", ids)
@@ -215,7 +229,76 @@ async def reset_prefix_cache(self:AsyncLLM) -> bool:
 @patch
 async def fail_requests(self:AsyncLLM, err:Exception, request_ids:list[str]|None=None) -> int:
     "End live requests (default: all) with `err` raised from their iterators, and abort them in the engine; how many."
+    if request_ids is None: self._with_beam_steps(list(self._beam_searches), err)  # their steps are among the live requests
+    else: request_ids = self._with_beam_steps(request_ids, err)
     ids = list(self._requests) if request_ids is None else [r for r in request_ids if r in self._requests]
     for rid in ids: self._requests.pop(rid)[1].put_nowait(err)
     if ids: self._command("abort", ids)
     return len(ids)
+
+# %% ../nbs/14_async_llm.ipynb #dbf85b37
+@patch
+async def _beam_step(self:AsyncLLM, bs:_BeamSearch, beams:list[BeamSearchSequence], params:SamplingParams,
+                     step_id:str, salt:str|None) -> list[RequestOutput|None]:
+    "One step: each beam's tokens as a request of its own, all at once; each one's last output (None: it was aborted)."
+    async def last(prompt, rid):
+        out = None
+        async for out in self.generate(prompt, params, rid): pass
+        return out
+    bs.steps = [f"{step_id}-beam-{i}" for i in range(len(beams))]  # vLLM's ids
+    tasks = [asyncio.create_task(last({"prompt_token_ids": b.tokens, "cache_salt": salt}, rid)) for b, rid in zip(beams, bs.steps)]
+    try: return await asyncio.gather(*tasks)
+    finally:
+        bs.steps = []
+        if pending := [t for t in tasks if not t.done()]:
+            for t in pending: t.cancel()
+            await asyncio.wait(pending)
+
+# %% ../nbs/14_async_llm.ipynb #6d6a72af
+@patch
+def _beam_output(self:AsyncLLM, request_id:str, prompt:str|None, prompt_ids:list[int], beams:list[BeamSearchSequence],
+                 params:BeamSearchParams) -> RequestOutput:
+    "vLLM's final RequestOutput of a beam search: one CompletionOutput per beam, its new tokens only."
+    outs = []
+    for i, b in enumerate(beams):
+        new, eos_end = b.tokens[len(prompt_ids):], b.finish_reason == "stop"
+        text = self.tokenizer.decode(new[:-1] if eos_end else new, skip_special_tokens=params.skip_special_tokens)
+        ids = new[:-1] if eos_end and not params.include_stop_str_in_output else new
+        outs.append(CompletionOutput(i, text, ids, b.cum_logprob, b.logprobs, b.finish_reason or "length", b.stop_reason))
+    return RequestOutput(request_id, prompt, prompt_ids, None, outs, finished=True)
+
+# %% ../nbs/14_async_llm.ipynb #62ed9a50
+@patch
+async def beam_search(self:AsyncLLM, prompt:PromptType, request_id:str, params:BeamSearchParams, lora_request=None,
+                      trace_headers=None, session_id=None) -> AsyncGenerator[RequestOutput, None]:
+    "vLLM's online beam search: yields one finished RequestOutput, the `beam_width` best beams, best first."
+    if not isinstance(params, BeamSearchParams): raise VLLMValidationError("params must be a BeamSearchParams", parameter="params")
+    if lora_request is not None: raise VLLMValidationError("LoRA adapters are not supported", parameter="lora_request")
+    if isinstance(prompt, dict) and "prompt_embeds" in prompt: raise NotImplementedError("Embedding prompt not supported for beam search")
+    if self.dead_error is not None: raise self.dead_error
+    if request_id in self._beam_searches: raise ValueError(f"request_id {request_id!r} is already in use")
+    prompt_ids, text, salt = self.engine.input_processor.tokenize(prompt)
+    eos, w = self.tokenizer.eos_token_id, params.beam_width
+    key = lambda b: get_beam_search_score(b.tokens, b.cum_logprob, eos, params.length_penalty)
+    step = SamplingParams(logprobs=2 * w, max_tokens=1, temperature=params.temperature, detokenize=False)
+    beams, done = [BeamSearchSequence(prompt_ids)], []
+    bs = self._beam_searches[request_id] = _BeamSearch()
+    try:
+        for _ in range(max(1, min(params.max_tokens, self.max_model_len - len(prompt_ids)))):
+            outs = await self._beam_step(bs, beams, step, f"{request_id}-{uuid.uuid4().hex}", salt)
+            if bs.stop is None and None in outs: bs.stop = _Aborted()  # a step request was aborted by its own id
+            if isinstance(bs.stop, BaseException): raise bs.stop
+            if bs.stop is not None:
+                for b in beams: b.finish_reason = "abort"
+                break
+            cands = []
+            for b, out in zip(beams, outs):
+                lps = out.outputs[0].logprobs[0]  # the sampled token and the top 2 x beam_width
+                for t, lp in lps.items():
+                    nb = BeamSearchSequence(b.tokens + [t], b.logprobs + [lps], b.cum_logprob + lp.logprob)
+                    if t == eos and not params.ignore_eos: nb.finish_reason, nb.stop_reason = "stop", eos; done.append(nb)
+                    else: cands.append(nb)
+            beams = sorted(cands, key=key, reverse=True)[:w]
+            if not beams: break
+    finally: self._beam_searches.pop(request_id, None)
+    yield self._beam_output(request_id, text, prompt_ids, sorted(done + beams, key=key, reverse=True)[:w], params)

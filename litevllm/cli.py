@@ -6,12 +6,28 @@ Docs: https://litevllm.github.io/litevllm/cli.html.md"""
 
 # %% ../nbs/15_cli.ipynb #815b65de
 from __future__ import annotations
-import argparse, dataclasses, sys, typing
+import argparse, dataclasses, logging, re, sys, typing
+
+logger = logging.getLogger("litevllm")
 
 # %% auto #0
-__all__ = ['add_engine_args', 'engine_kwargs', 'cmd_generate', 'make_parser', 'main']
+__all__ = ['logger', 'VLLM_SERVE_SPECS', 'VLLM_SERVE_FLAGS', 'human_readable_int', 'add_engine_args', 'engine_kwargs',
+           'cmd_generate', 'make_parser', 'main', 'VllmFlag', 'parse_vllm_flag', 'add_vllm_noop_args',
+           'warn_vllm_noops', 'vllm_flags_table']
+
+# %% ../nbs/15_cli.ipynb #f795823d
+def human_readable_int(s:str) -> int:
+    "An integer with an optional unit, as vLLM reads sizes: 1k = 1000, 1K = 1024, 25.6k = 25600, 2M, 1G, 1T."
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", s.strip())
+    if not m: return int(s)
+    num, unit = m.groups()
+    if unit.islower(): return int(float(num) * 1000 ** (1 + "kmgt".index(unit)))
+    if "." in num: raise argparse.ArgumentTypeError(f"decimals are not allowed with binary suffixes like {unit}: did you mean {num}{unit.lower()}?")
+    return int(num) * 1024 ** (1 + "KMGT".index(unit))
 
 # %% ../nbs/15_cli.ipynb #609ea8af
+_HUMAN_INTS = {"max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes"}  # vLLM reads these with human_readable_int
+
 def add_engine_args(p:argparse.ArgumentParser):
     "A flag for every EngineArgs field, with vLLM's names (--max-model-len, --no-enable-prefix-caching, ...)."
     from litevllm.config import EngineArgs
@@ -23,6 +39,7 @@ def add_engine_args(p:argparse.ArgumentParser):
         else:
             base = next((a for a in typing.get_args(t) if a is not type(None)), t)
             if typing.get_origin(base) is list: p.add_argument(flag, type=typing.get_args(base)[0], nargs="+", default=f.default)  # --cudagraph-capture-sizes 1 2 4
+            elif f.name in _HUMAN_INTS: p.add_argument(flag, type=human_readable_int, default=f.default)  # --max-model-len 32k
             else: p.add_argument(flag, type=base, default=f.default)
 
 def engine_kwargs(ns:argparse.Namespace) -> dict:
@@ -73,3 +90,237 @@ def main(argv:list[str]|None=None) -> int:
 
 # run as `python -m litevllm.cli` (the check on __spec__ keeps a notebook, whose __name__ is also "__main__", from running it)
 if __name__ == "__main__" and getattr(globals().get("__spec__"), "name", None) == "litevllm.cli": sys.exit(main())
+
+# %% ../nbs/15_cli.ipynb #2957b624
+_VLLM_WORKS = {  # why -> flags: litevllm has these
+    'a `litevllm serve` flag of the same name (16_server)': """
+        --help|-h --model --host --port --api-key --served-model-name --uvicorn-log-level
+        --disable-uvicorn-access-log/b --enable-prompt-tokens-details/b --enable-force-include-usage/b
+        --return-tokens-as-token-ids/b --enable-tokenizer-info-endpoint/b --enable-server-load-tracking/b
+        --trust-request-chat-template/b --shutdown-timeout""",
+    'an engine flag of the same name (an `EngineArgs` field)': """
+        --tokenizer --trust-remote-code/b --dtype --seed --max-model-len --enforce-eager/b --max-logprobs
+        --enable-prompt-embeds/b --attention-backend --distributed-executor-backend --tensor-parallel-size|-tp
+        --data-parallel-size|-dp --data-parallel-backend|-dpb --block-size
+        --gpu-memory-utilization|--device-memory-utilization --kv-cache-memory-bytes --num-gpu-blocks-override
+        --enable-prefix-caching/b --max-num-batched-tokens --max-num-seqs --long-prefill-token-threshold
+        --scheduling-policy --enable-chunked-prefill/b --cudagraph-capture-sizes --disable-log-stats/t""",
+}
+
+# %% ../nbs/15_cli.ipynb #7062a269
+_VLLM_NOOP = {  # why -> flags: accepted, a warning at start says they do nothing here
+    'GPU memory: litevllm sizes its KV cache from --kv-cache-memory-bytes / --gpu-memory-utilization': """
+        --enable-sleep-mode/b=False --sleep-mode-offload-cudagraph/b=False --sleep-preserve-parameter-names/s+
+        --enable-cumem-allocator/b=False --enable-nccl-comm-suspend/b=False --kv-offloading-size/f
+        --kv-offloading-backend/s:lmcache,native=native --offload-backend/s:auto,prefetch,uva=auto
+        --cpu-offload-gb/f=0 --cpu-offload-params/s+ --offload-group-size/i=0 --offload-num-in-group/i=1
+        --offload-prefetch-step/i=1 --offload-params/s+ --disable-hybrid-kv-cache-manager/b --prefix-match-unit/i""",
+    'kernels / compilation / platform: litevllm picks its own (see --attention-backend, --enforce-eager)': """
+        --max-cudagraph-capture-size/i --compilation-config|-cc/s --attention-config|-ac/s --kernel-config/s
+        --ir-op-priority/s --enable-flashinfer-autotune/b
+        --linear-backend/k:aiter,auto,b12x,conch,cutlass,deep_gemm,emulation,exllama,fbgemm,flashinfer_b12x,flashinfer_cudnn,flashinfer_cutedsl,flashinfer_cutlass,flashinfer_trtllm,humming,machete,marlin,torch,triton,xpu,xpu_woq=auto
+        --sparse-indexer-topk-backend/k:aiter,auto,cooperative,deep_select,flashinfer,per_row,persistent,torch=auto
+        --optimization-level/s=2 --performance-mode/s:balanced,interactivity,throughput=balanced --additional-config/s
+        --model-impl/s=auto --gdn-prefill-backend/s:flashinfer,triton,cutedsl,aiter_flydsl
+        --kda-prefill-backend/s:auto,triton,flashkda,flashinfer,fused
+        --kda-decode-backend/s:auto,native,flashinfer,triton --fail-on-environ-validation/b=False""",
+    'a scheduler / cache performance knob: litevllm does not have it, and outputs do not depend on it': """
+        --max-num-scheduled-tokens/n --max-num-active-seqs/i --long-prefill-token-threshold-adaptive/b=False
+        --scheduler-reserve-full-isl/b=True --watermark/f=0.0 --prefill-schedule-interval/i=1 --async-scheduling/b
+        --stream-interval/i=1 --prefix-caching-hash-algo/s:sha256,sha256_cbor,xxhash,xxhash_cbor=sha256""",
+    "logging: litevllm logs with Python's logging": """
+        --max-log-len/i --enable-log-outputs/b=False --enable-log-deltas/b=True --log-error-stack/b=False
+        --disable-access-log-for-endpoints/s --logging-config/s --log-level/s:CRITICAL,ERROR,WARNING,INFO,DEBUG,NOTSET
+        --log-config-file/s --aggregate-engine-logging/t=False --enable-log-requests/b=False --use-tqdm-on-load/b=True""",
+    "metrics / tracing / profiling: not in litevllm's /metrics and logs": """
+        --show-hidden-metrics-for-version/s --otlp-traces-endpoint/s --collect-detailed-traces/s+:all,model,worker
+        --kv-cache-metrics/b=False --kv-cache-metrics-sample/f=0.01 --custom-histogram-buckets/s
+        --cudagraph-metrics/b=False --enable-layerwise-nvtx-tracing/b=False --enable-mfu-metrics/b=False
+        --enable-logging-iteration-details/b=False --jit-monitor-mode/s:error,warn=warn --jit-monitor-verbose/b=False
+        --profiler-config/s --ray-workers-use-nsight/b=False""",
+    'distributed: litevllm has tensor and data parallelism on one machine, nothing more': """
+        --pipeline-parallel-size|-pp/i=1 --master-addr/s=127.0.0.1 --master-port/i=29501
+        --distributed-timeout-seconds/i --cpu-distributed-timeout-seconds/i --numa-bind/b=False --numa-bind-nodes/i+
+        --numa-bind-cpus/s+ --decode-context-parallel-size|-dcp/i=1 --dcp-comm-backend/s:a2a,ag_rs --dcp-q-replicate/b
+        --dcp-kv-cache-interleave-size/i=1 --cp-kv-cache-interleave-size/i --prefill-context-parallel-size|-pcp/i=1
+        --data-parallel-address|-dpa/s --data-parallel-rpc-port|-dpp/i --enable-hc-sp/b=False
+        --enable-batch-sharded-sampling/b --enable-dbo/b=False --enable-shm-tensor-arena/b=False --ubatch-size/i=0
+        --dbo-decode-token-threshold/i=32 --dp-sync-interval/i=16 --dbo-prefill-token-threshold/i=512
+        --disable-nccl-for-dp-synchronization/b --max-parallel-loading-workers/i --disable-custom-all-reduce/b=False
+        --enable-fault-tolerance/b=False --fault-tolerance-config/s --data-parallel-supervisor-port/i=9256
+        --dp-supervisor-probe-interval-s/f=5.0 --dp-supervisor-probe-timeout-s/f=5.0
+        --dp-supervisor-probe-failure-threshold/i=3""",
+    'for mixture-of-experts models: litevllm has none': """
+        --enable-expert-parallel|-ep/b=False --enable-ep-weight-filter/b=False
+        --all2all-backend/s:allgather_reducescatter,deepep_high_throughput,deepep_low_latency,deepep_v2,flashinfer_all2allv,flashinfer_nvlink_one_sided,flashinfer_nvlink_two_sided,moonep,mori_high_throughput,mori_low_latency,naive,nixl_ep,pplx=allgather_reducescatter
+        --enable-elastic-ep/b=False --elastic-ep-max-dp-size/i --enable-eplb/b=False --eplb-config/s
+        --expert-placement-strategy/s:linear,round_robin=linear
+        --moe-backend/k:aiter,aiter_mega_moe,aiter_triton_mxfp4_bf16,auto,b12x,batched_triton,cutlass,deep_gemm,deep_gemm_mega_moe,emulation,flashinfer_b12x,flashinfer_cutedsl,flashinfer_cutlass,flashinfer_moe_ep_cutedsl,flashinfer_moe_ep_mega_deep_gemm,flashinfer_trtllm,flydsl,hpc,humming,marlin,rdna3,triton,triton_unfused=auto""",
+    'for Mamba / hybrid / other special architectures: litevllm has none': """
+        --mamba-backend/s --mamba-ssu-algorithm/s:auto,horizontal,simple,vertical
+        --enable-mamba-cache-stochastic-rounding/b=False --mamba-cache-philox-rounds/i=0
+        --mamba-cache-dtype/s:auto,bfloat16,float16,float32=auto
+        --mamba-ssm-cache-dtype/s:auto,bfloat16,float16,float32=auto --mamba-block-size/i
+        --mamba-cache-mode/s:align,none=none --enable-mamba-shared-prefix-checkpoint/b=False
+        --replayssm-buffer-len/i=16 --use-replayssm/b=False --prefix-cache-retention-interval/i=0
+        --swa-bounded-replay/b=True --kv-sharing-fast-prefill/b=False --engram-config/s
+        --enable-flash-late-interaction/b=True""",
+    'for multimodal models: litevllm runs text-only models': """
+        --trust-request-mm-kwargs/b=False --allowed-local-media-path/s= --allowed-media-domains/s+
+        --language-model-only/b=False --limit-mm-per-prompt/s --enable-mm-embeds/b=False --media-io-kwargs/s
+        --mm-processor-kwargs/s --mm-processor-cache-gb/f=4 --mm-processor-cache-type/s:lru,shm=lru
+        --mm-hasher-algorithm/s:blake3,sha256,sha512=blake3 --mm-shm-cache-max-object-size-mb/i=128
+        --mm-encoder-only/b=False --mm-encoder-tp-mode/s:data,weights=weights --mm-encoder-attn-backend/s
+        --mm-encoder-attn-dtype/s:fp8 --mm-encoder-fp8-scale-path/s --mm-encoder-fp8-scale-save-path/s
+        --mm-encoder-fp8-scale-save-margin/f=1.5 --interleave-mm-strings/b=False --skip-mm-profiling/b=False
+        --video-pruning-rate/f --video-pruning-method/s:evs,vidcom2=evs
+        --mm-tensor-ipc/s:direct_rpc,torch_shm=direct_rpc --mm-processor-device/s:auto,cpu=auto
+        --mm-ipc-gpu-memory-gb/f=0 --mm-device-do-normalize/b --disable-chunked-mm-input/b=False
+        --ec-transfer-config/s --ec-manager-config/s""",
+    "weight loading: litevllm reads the local folder's weights directly, and never downloads": """
+        --download-dir/s --hf-token/s? --safetensors-load-strategy/s:eager,lazy,prefetch,torchao
+        --safetensors-prefetch-num-threads/i=8 --safetensors-prefetch-block-size/n=16777216
+        --pt-load-map-location/s=cpu""",
+    'API server: litevllm runs one uvicorn server, with its defaults': """
+        --api-server-count|-asc/i --renderer-num-workers/i=1 --sse-keep-alive-interval/i=0
+        --h11-max-incomplete-event-size/i=4194304 --h11-max-header-count/i=256 --enable-offline-docs/b=False""",
+    "only with vLLM's Cohere / Anthropic endpoints, speculative decoding or quantization: not here": """
+        --cohere-is-reasoning-model/b=True --cohere-format/s=cmd4
+        --anthropic-disabled-thinking-effort/s:auto,high,low,max,medium,none,xhigh=auto
+        --per-request-spec-decode-metrics/s:detailed,none,summary=none --allow-deprecated-quantization/b=False
+        --kv-cache-dtype-skip-layers/s+""",
+    'deprecated in vLLM 0.32, without effect there too': """
+        --disable-cascade-attn/b""",
+}
+
+# %% ../nbs/15_cli.ipynb #0202c885
+_VLLM_REFUSED = {  # why -> flags: not added, argparse refuses them
+    'tool calling: planned, not implemented yet': """
+        --enable-auto-tool-choice/b --exclude-tools-when-tool-choice-none/b --tool-call-parser --tool-parser-plugin
+        --tool-strict-level --tool-server""",
+    'reasoning parsers: planned, not implemented yet': """
+        --reasoning-parser --reasoning-parser-plugin --reasoning-config""",
+    'LoRA adapters: planned, not implemented yet': """
+        --lora-modules --enable-lora/b --max-loras --max-lora-rank --lora-dtype --enable-tower-connector-lora/b
+        --max-cpu-loras --fully-sharded-loras/b --lora-target-modules --default-mm-loras --specialize-active-lora/b
+        --enable-mixed-moe-lora-format/b --enable-moe-shared-loras/b --max-lora-cls-labels""",
+    'speculative decoding: planned, not implemented yet': """
+        --speculative-config|-sc --spec-method --spec-model --spec-tokens""",
+    'quantization (weights or KV cache): not implemented': """
+        --quantization|-q --quantization-config --kv-cache-dtype""",
+    "chat rendering: litevllm renders the model's own chat template as it is": """
+        --chat-template --chat-template-content-format --default-chat-template-kwargs --response-role""",
+    'model loading: litevllm loads the local folder (config, tokenizer, weights, generation_config.json) as it is': """
+        --revision --code-revision --tokenizer-revision --tokenizer-mode --hf-config-path --config-format
+        --hf-overrides --model-class-overrides --load-format --model-loader-extra-config --ignore-patterns
+        --generation-config --override-generation-config --disable-sliding-window/b --skip-tokenizer-init/b""",
+    'pooling / embedding / other runners: litevllm runs generative models only': """
+        --runner --convert --pooler-config --diffusion-config|-dc""",
+    'changes sampling or what responses carry: not implemented': """
+        --logprobs-mode --use-fp64-gumbel/b --enable-trace-replay/b --enable-return-routed-experts/b
+        --return-sampling-mask/b --enable-per-request-metrics/b --fingerprint-mode --fingerprint-value
+        --aux-output-config --watermark-config --structured-outputs-config --logits-processors""",
+    'custom code (plugins, classes): not supported': """
+        --io-processor-plugin --scheduler-cls --worker-cls --worker-extension-cls --middleware""",
+    'server setup litevllm does not have (gRPC, Unix sockets, config files, proxies, endpoint sets)': """
+        --config --grpc/t --grpc-port --uds --root-path --tokens-only/b --enable-scale-out/b
+        --enable-request-id-headers/b --disable-fastapi-docs/b""",
+    'TLS: not implemented (put a TLS-terminating proxy in front)': """
+        --ssl-keyfile --ssl-certfile --ssl-ca-certs --enable-ssl-refresh/b --ssl-cert-reqs --ssl-ciphers""",
+    'CORS: not implemented': """
+        --allow-credentials/b --allowed-origins --allowed-methods --allowed-headers""",
+    'admission limits (HTTP 503 when full): not implemented': """
+        --max-num-queued-reqs --max-num-queued-tokens""",
+    'multi-node / load-balanced deployments, GPU selection: not implemented (use CUDA_VISIBLE_DEVICES)': """
+        --headless/t --nnodes|-n --node-rank|-r --data-parallel-rank|-dpn --data-parallel-start-rank|-dpr
+        --data-parallel-size-local|-dpl --data-parallel-hybrid-lb|-dph/b --data-parallel-external-lb|-dpe/b
+        --data-parallel-multi-port-external-lb|-dpm/t --device-ids""",
+    'disaggregated serving (KV transfer, KV events, weight transfer): not implemented': """
+        --kv-transfer-config --kv-events-config --weight-transfer-config""",
+}
+
+# %% ../nbs/15_cli.ipynb #1e90c84b
+class VllmFlag(typing.NamedTuple):
+    "One `vllm serve` flag: its option strings, what litevllm does with it and why, and what argparse needs to accept it."
+    flag:str; opts:tuple; cls:str; why:str; kind:str; nargs:str|None=None; choices:list|None=None; default:object=None
+
+def _backend_name(s:str) -> str: return s.lower().replace("-", "_")  # vLLM's kernel-backend flags: TRITON, flash-infer
+_TYPES = {"i": int, "f": float, "s": str, "n": human_readable_int, "k": _backend_name, "a": str}
+
+def parse_vllm_flag(tok:str, cls:str, why:str) -> VllmFlag:
+    "A token of the tables above (`--flag|-alias/KIND[NARGS][:choices][=default]`) as a VllmFlag."
+    names, _, spec = tok.partition("/")
+    spec, has_default, default = spec.partition("=")
+    spec, _, choices = spec.partition(":")
+    kind, nargs, opts = spec[:1] or "s", spec[1:] or None, names.split("|")
+    if kind == "b": opts.insert(1, "--no-" + opts[0][2:])
+    if has_default: default = {"True": True, "False": False}[default] if kind in ("b", "t") else _TYPES[kind](default)
+    return VllmFlag(opts[0], tuple(opts), cls, why, kind, nargs, choices.split(",") if choices else None, default if has_default else None)
+
+VLLM_SERVE_SPECS = {f.flag: f for cls, table in (("works", _VLLM_WORKS), ("no-op", _VLLM_NOOP), ("refused", _VLLM_REFUSED))
+                    for why, toks in table.items() for f in (parse_vllm_flag(t, cls, why) for t in toks.split())}
+VLLM_SERVE_FLAGS: dict[str, tuple[str, str]] = {k: (f.cls, f.why) for k, f in VLLM_SERVE_SPECS.items()}
+
+# %% ../nbs/15_cli.ipynb #e364d67f
+def _argparse_kw(f:VllmFlag) -> dict:
+    "What `add_argument` needs to take `f`'s values as vLLM does."
+    if f.kind == "b": return dict(action=argparse.BooleanOptionalAction)
+    if f.kind == "t": return dict(action="store_const", const=True)
+    if f.kind == "a": return dict(action="append")
+    return dict(type=_TYPES[f.kind], nargs=f.nargs, choices=f.choices)
+
+def _add_alias(p:argparse.ArgumentParser, a:argparse.Action, opt:str):
+    "vLLM's other name `opt` for the parser's action `a`."
+    kw = dict(dest=a.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    if opt.startswith("--no-"):
+        if a.nargs == 0: p.add_argument(opt, action="store_false", **kw)  # a store_true switch here, a --x/--no-x one in vLLM
+    elif a.nargs == 0: p.add_argument(opt, action="store_const", const=True if a.const is None else a.const, **kw)
+    else: p.add_argument(opt, type=a.type, nargs=a.nargs, choices=a.choices, metavar=a.metavar, **kw)
+
+def add_vllm_noop_args(p:argparse.ArgumentParser):
+    "Accept vLLM's serve flags that do nothing here, and vLLM's other names for the flags `p` has."
+    p.allow_abbrev = False  # a refused flag must not pass as the prefix of an accepted one
+    have, dests, noops = p._option_string_actions, {a.dest for a in p._actions}, dict(p.get_default("vllm_noops") or {})
+    for f in VLLM_SERVE_SPECS.values():
+        if f.cls == "works" and f.flag in have:
+            for o in f.opts:
+                if o not in have: _add_alias(p, have[f.flag], o)
+        elif f.cls == "no-op" and not any(o in have for o in f.opts if o.startswith("--")):
+            dest = f.flag[2:].replace("-", "_")
+            if dest in dests: dest = "vllm_" + dest  # never share a dest with one of litevllm's flags
+            opts = [o for o in f.opts if o not in have and not o.startswith("--no-")]  # BooleanOptionalAction adds --no-
+            p.add_argument(*opts, dest=dest, default=None, help=argparse.SUPPRESS, **_argparse_kw(f))
+            noops[dest] = f.flag
+    p.set_defaults(vllm_noops=noops)
+    p.epilog = p.epilog or (f"It also accepts {len(noops)} of vLLM's serve flags that have no effect here (a warning at start "
+                            "names each one given); see the CLI chapter of the docs.")
+
+# %% ../nbs/15_cli.ipynb #92750e59
+def _shown(flag:str, v) -> str:
+    "How a command line gives `v` to `flag`: --x, --no-x, --x 4, --x a b."
+    if v is True: return flag
+    if v is False: return "--no-" + flag[2:]
+    return " ".join([flag, *map(str, v if isinstance(v, list) else [v])])
+
+def warn_vllm_noops(ns:argparse.Namespace) -> list[str]:
+    "Log a warning for each no-op vLLM flag in `ns` given a value other than vLLM's default; return those flags."
+    noops = getattr(ns, "vllm_noops", None) or {f.flag[2:].replace("-", "_"): f.flag for f in VLLM_SERVE_SPECS.values() if f.cls == "no-op"}
+    given = []
+    for dest, flag in noops.items():
+        f, v = VLLM_SERVE_SPECS[flag], getattr(ns, dest, None)
+        if v is None or v == f.default: continue
+        logger.warning("%s has no effect in litevllm (accepted for vLLM compatibility): %s", _shown(flag, v), f.why)
+        given.append(flag)
+    return given
+
+# %% ../nbs/15_cli.ipynb #934b093e
+def vllm_flags_table() -> str:
+    "vLLM 0.32's `vllm serve` flags and what `litevllm serve` does with each, as markdown tables (one row per reason)."
+    out = []
+    for cls, title in (("works", "Works"), ("no-op", "Accepted, no effect (a warning says so)"), ("refused", "Refused")):
+        groups = {}
+        for f in VLLM_SERVE_SPECS.values():
+            if f.cls == cls: groups.setdefault(f.why, []).append(" / ".join(f"`{o}`" for o in f.opts if not o.startswith("--no-")))
+        out += [f"**{title}** ({sum(map(len, groups.values()))} flags)", "", "| why | flags |", "|---|---|"]
+        out += [f"| {why} | {', '.join(fs)} |" for why, fs in groups.items()] + [""]
+    return "\n".join(out)

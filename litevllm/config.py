@@ -48,6 +48,7 @@ class EngineArgs:
     data_parallel_size: int = 1            # engine cores, each a whole model copy with its own KV cache, behind one front end
     data_parallel_backend: str = "mp"      # mp: engine-core processes on this machine | ray: Ray actors, on any node of a Ray cluster
     max_logprobs: int = 20                 # the largest `logprobs` / `prompt_logprobs` a request may ask for
+    enable_prompt_embeds: bool = False     # accept {"prompt_embeds": tensor} prompts: (tokens, hidden_size) input embeddings in place of ids
     device: str = "auto"                   # auto | cpu | cuda
     attention_backend: str = "auto"        # auto (triton on CUDA; cpu on CPU, sdpa where it cannot run) | cpu | sdpa | torch (the reference) | triton
     disable_log_stats: bool = True         # False: log a stats line every `log_stats_interval` seconds
@@ -75,7 +76,7 @@ class EngineArgs:
               "must be mp, uni or external_launcher")
         check(self.distributed_executor_backend != "uni" or self.tensor_parallel_size == 1, "distributed_executor_backend",
               "'uni' runs a single rank (tensor_parallel_size must be 1)")
-        check(self.max_logprobs >= 0, "max_logprobs", "must be >= 0")
+        check(self.max_logprobs >= -1, "max_logprobs", "must be >= 0, or -1 (no limit: the whole vocabulary)")
         check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device", "must be auto, cpu or cuda")
         check(self.attention_backend in ("auto", "cpu", "sdpa", "torch", "triton"), "attention_backend", "must be auto, cpu, sdpa, torch or triton")
         check(self.cudagraph_capture_sizes is None or (len(self.cudagraph_capture_sizes) > 0 and all(isinstance(s, int) and s >= 1 for s in self.cudagraph_capture_sizes)),

@@ -167,7 +167,8 @@ def get_stats(self:LLMEngine) -> SchedulerStats:
     ss = [s for s, _ in self.get_engine_stats().values()]
     pc = PrefixCacheStats(*(sum(getattr(s.prefix_cache_stats, k) for s in ss) for k in ("requests", "queries", "hits")))
     return SchedulerStats(sum(s.num_running_reqs for s in ss), sum(s.num_waiting_reqs for s in ss),
-                          sum(s.kv_cache_usage for s in ss) / max(1, len(ss)), pc, sum(s.num_preemptions for s in ss))
+                          sum(s.kv_cache_usage for s in ss) / max(1, len(ss)), pc, sum(s.num_preemptions for s in ss),
+                          sum(s.num_skipped_waiting_reqs for s in ss))
 
 @patch
 def log_stats_line(self:LLMEngine):

@@ -7,6 +7,7 @@ Docs: https://litevllm.github.io/litevllm/inputs.html.md"""
 # %% ../nbs/02_inputs.ipynb #2a0a26ce
 from __future__ import annotations
 import time
+import torch
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 from .config import EngineArgs, VllmConfig
@@ -14,7 +15,7 @@ from .sampling_params import SamplingParams
 from .exceptions import VLLMValidationError
 
 # %% auto #0
-__all__ = ['PromptType', 'get_tokenizer', 'TextPrompt', 'TokensPrompt', 'EngineCoreRequest', 'InputProcessor',
+__all__ = ['PromptType', 'get_tokenizer', 'TextPrompt', 'TokensPrompt', 'EmbedsPrompt', 'EngineCoreRequest', 'InputProcessor',
            'apply_chat_template']
 
 # %% ../nbs/02_inputs.ipynb #712f7d5f
@@ -33,7 +34,11 @@ class TokensPrompt(TypedDict, total=False):
     prompt: str       # optional: the text, if the caller has it
     cache_salt: str
 
-PromptType = str | TextPrompt | TokensPrompt
+class EmbedsPrompt(TypedDict, total=False):
+    prompt_embeds: torch.Tensor  # (tokens, hidden_size), floating point; (1, tokens, hidden_size) is squeezed
+    cache_salt: str
+
+PromptType = str | TextPrompt | TokensPrompt | EmbedsPrompt
 
 # %% ../nbs/02_inputs.ipynb #44abc7f2
 @dataclass
@@ -47,6 +52,7 @@ class EngineCoreRequest:
     priority: int = 0
     prompt: str|None = None
     cache_salt: str|None = None
+    prompt_embeds: torch.Tensor|None = None  # an embeds prompt's (tokens, hidden_size) input embeddings; its ids are placeholders
 
 # %% ../nbs/02_inputs.ipynb #4cf67770
 class InputProcessor:
@@ -81,6 +87,7 @@ class InputProcessor:
             text = prompt["prompt"]
             if not isinstance(text, str): raise VLLMValidationError(f"prompt must be a string, got {type(text).__name__}", parameter="prompt", value=text)
             return self.tokenizer(text).input_ids, text, salt
+        if "prompt_embeds" in prompt: raise VLLMValidationError("a prompt_embeds prompt has no token ids to give", parameter="prompt_embeds")
         raise VLLMValidationError("prompt dict needs a 'prompt' or a 'prompt_token_ids' key", parameter="prompt", value=prompt)
 
     def process_inputs(self, request_id:str, prompt:PromptType, params:SamplingParams,
@@ -91,26 +98,62 @@ class InputProcessor:
         if priority != 0 and self.config.scheduling_policy != "priority":
             raise VLLMValidationError(f"priority {priority} given, but the scheduling_policy is {self.config.scheduling_policy!r} (use 'priority')",
                                       parameter="priority", value=priority)
-        ids, text, salt = self.tokenize(prompt)
+        embeds = None
+        if isinstance(prompt, dict) and "prompt_embeds" in prompt:
+            embeds = self._process_embeds(prompt)
+            ids, text, salt = [0] * len(embeds), None, prompt.get("cache_salt")  # placeholder ids, as vLLM's
+        else: ids, text, salt = self.tokenize(prompt)
         self._validate(ids, params)
-        return EngineCoreRequest(request_id, ids, params, self.eos_token_id, arrival_time or time.time(), priority, text, salt)
+        if -1 in (params.logprobs, params.prompt_logprobs):  # vLLM's -1: the whole vocabulary (a copy: the caller's params stay as given)
+            params = params.clone()
+            if params.logprobs == -1: params.logprobs = self.vocab_size
+            if params.prompt_logprobs == -1: params.prompt_logprobs = self.vocab_size
+        if embeds is not None and params.prompt_logprobs is not None:  # no prompt tokens to score (vLLM's server refuses it too)
+            raise VLLMValidationError("prompt_logprobs is not compatible with prompt embeds.")  # vLLM's words, no parameter
+        return EngineCoreRequest(request_id, ids, params, self.eos_token_id, arrival_time or time.time(), priority, text, salt, embeds)
+
+    def _process_embeds(self, prompt:dict) -> torch.Tensor:
+        "An embeds prompt's tensor, checked as vLLM checks it, on the CPU in the model's dtype."
+        if not self.config.enable_prompt_embeds:
+            raise VLLMValidationError("You must set `--enable-prompt-embeds` to input `prompt_embeds`.", parameter="prompt_embeds")
+        if "prompt_token_ids" in prompt:
+            raise VLLMValidationError("prompt_embeds cannot be combined with prompt_token_ids", parameter="prompt_embeds")
+        e = prompt["prompt_embeds"]
+        if not isinstance(e, torch.Tensor):
+            raise VLLMValidationError(f"prompt_embeds must be a torch.Tensor, got {type(e).__name__}", parameter="prompt_embeds")
+        if e.ndim == 3: e = e.squeeze(0)  # a batch of one: unambiguous
+        if e.ndim != 2:
+            raise VLLMValidationError("prompt_embeds must be of shape (seq_len, hidden_size).", parameter="prompt_embeds", value=tuple(e.shape))
+        hidden, dtype = self.config.hf_config.hidden_size, self.config.dtype
+        if e.shape[1] != hidden:
+            raise VLLMValidationError(f"`prompt_embeds` hidden_size {e.shape[1]} does not match the model's hidden_size {hidden}.", parameter="prompt_embeds")
+        if not e.is_floating_point():
+            raise VLLMValidationError(f"`prompt_embeds` dtype {e.dtype} is not a floating-point type, cannot safely cast to the model's dtype {dtype}.",
+                                      parameter="prompt_embeds")
+        return e.detach().to("cpu", dtype).contiguous()  # on the CPU for the trip to the engine core, as vLLM
 
     def _validate(self, ids:list[int], params:SamplingParams):
-        if not ids: raise VLLMValidationError("The decoder prompt cannot be empty (prompt must not be empty)", parameter="prompt")
-        if bad := [t for t in ids if not 0 <= t < self.vocab_size]:
-            raise VLLMValidationError(f"prompt_token_ids contains ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}", parameter="prompt_token_ids", value=bad[:5])
-        if len(ids) >= self.config.max_model_len:
-            raise VLLMValidationError(f"prompt (length {len(ids)}) is longer than the maximum model length minus one token to generate "
-                                      f"(max_model_len={self.config.max_model_len})", parameter="prompt", value=len(ids))
-        top = self.config.max_logprobs
-        for name in ("logprobs", "prompt_logprobs"):
-            if (k := getattr(params, name)) is not None and k > top:
-                raise VLLMValidationError(f"{name} ({k}) is above the limit max_logprobs={top}", parameter=name, value=k)
-        for name in ("stop_token_ids", "allowed_token_ids"):
-            if bad := [t for t in (getattr(params, name) or []) if not 0 <= t < self.vocab_size]:
-                raise VLLMValidationError(f"{name} contains ids outside the vocabulary: {bad[:5]}", parameter=name, value=bad[:5])
-        if bad := [t for t in (params.logit_bias or {}) if not 0 <= t < self.vocab_size]:
-            raise VLLMValidationError(f"logit_bias contains ids outside the vocabulary: {bad[:5]}", parameter="logit_bias", value=bad[:5])
+        "vLLM's checks, in vLLM 0.32's words: the prompt's ids and length, then the ids and counts the sampling params name."
+        n, L, V = len(ids), self.config.max_model_len, self.vocab_size
+        if not ids: raise VLLMValidationError("The decoder prompt cannot be empty")
+        if min(ids) < 0: raise VLLMValidationError(f"Token id {min(ids)} is out of vocabulary")
+        if max(ids) >= V: raise VLLMValidationError(f"Token id {max(ids)} is out of vocabulary")
+        if n > L:
+            raise VLLMValidationError(f"The decoder prompt (length {n}) is longer than the maximum model length of {L}. "
+                                      f"Make sure that `max_model_len` is no smaller than the number of text tokens.")
+        if n == L:  # no room for the one token a request must generate
+            raise VLLMValidationError(f"The decoder prompt (length {n}) plus the number of requested output tokens (at least 1) is longer than the "
+                                      f"maximum model length of {L}. Make sure that `max_model_len` is no smaller than the number of text tokens "
+                                      f"(prompt + requested output tokens).")
+        top = V if self.config.max_logprobs == -1 else self.config.max_logprobs
+        for name, kind in (("logprobs", "sample logprobs"), ("prompt_logprobs", "prompt logprobs")):
+            if (k := getattr(params, name)) and (k := V if k == -1 else k) > top:
+                raise VLLMValidationError(f"Requested {kind} of {k}, which is greater than max allowed: {top}", parameter=name, value=k)
+        for name in ("stop_token_ids", "logit_bias"):
+            if bad := [t for t in (getattr(params, name) or []) if not 0 <= t < V]:
+                raise VLLMValidationError(f"token_id(s) {bad} in {name} contain out-of-vocab token ids. Vocabulary size: {V}", parameter=name, value=bad)
+        if bad := [t for t in (params.allowed_token_ids or []) if not 0 <= t < V]:
+            raise VLLMValidationError("allowed_token_ids contains out-of-vocab token id!", parameter="allowed_token_ids", value=bad)
 
 # %% ../nbs/02_inputs.ipynb #d2c94ece
 def _content_as(content, fmt:str):

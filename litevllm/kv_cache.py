@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple, Iterable
-import numpy as np, xxhash
+import numpy as np, torch, xxhash
 from .request import Request
 
 # %% auto #0
@@ -75,13 +75,21 @@ def hash_block_tokens(parent_block_hash:int|None, token_ids:Iterable[int], extra
     return BlockHash(h.intdigest(), token_ids, extra_keys)
 
 # %% ../nbs/04_kv_cache.ipynb #e5403764
+def _prompt_embeds_key(request:Request, start:int, end:int) -> tuple:
+    "The extra key of the block [start, end) from the prompt embeddings it covers (none: `()`)."
+    e = request.prompt_embeds
+    if e is None or start >= len(e): return ()
+    rows = e[start:end].contiguous()
+    return (("prompt_embeds", xxhash.xxh3_128_intdigest(rows.view(-1).view(torch.uint8).numpy())),)
+
 def update_block_hashes(request:Request, block_size:int) -> list[BlockHash]:
     "Extend `request.block_hashes` to cover every full block of its tokens."
     hashes, toks = request.block_hashes, request.all_token_ids
     for i in range(len(hashes), len(toks) // block_size):
         parent = hashes[-1].hash_value if hashes else None
-        extra = (request.cache_salt,) if i == 0 and request.cache_salt else None
-        hashes.append(hash_block_tokens(parent, toks[i * block_size:(i + 1) * block_size], extra))
+        a, b = i * block_size, (i + 1) * block_size
+        extra = ((request.cache_salt,) if i == 0 and request.cache_salt else ()) + _prompt_embeds_key(request, a, b)
+        hashes.append(hash_block_tokens(parent, toks[a:b], extra or None))
     return hashes
 
 # %% ../nbs/04_kv_cache.ipynb #9652e982

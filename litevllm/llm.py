@@ -42,8 +42,9 @@ def generate(self:LLM, prompts:PromptType|list[PromptType], sampling_params:Samp
     prompts = list(prompts)
     if sampling_params is None: sampling_params = self.get_default_sampling_params()  # the model's generation_config, as vLLM
     params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(prompts)
-    if len(params) != len(prompts): raise ValueError(f"sampling_params has {len(params)} entries for {len(prompts)} prompts")
-    if priority is not None and len(priority) != len(prompts): raise ValueError(f"priority has {len(priority)} entries for {len(prompts)} prompts")
+    for name, seq in (("params", params), ("priority", priority)):  # vLLM's check and message
+        if seq is not None and len(seq) != len(prompts):
+            raise VLLMValidationError(f"The lengths of prompts ({len(prompts)}) and {name} ({len(seq)}) must be the same.")
     engine = self.llm_engine
     reqs = []
     for i, (prompt, p) in enumerate(zip(prompts, params)):

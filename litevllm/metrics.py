@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest, disable_create
 from .scheduler import EngineCoreOutput, SchedulerStats
 
 # %% auto #0
-__all__ = ['FinishedRequestStats', 'IterationStats', 'PrometheusStatLogger', 'parse_metrics', 'metric_value', 'cache_config_info',
-           'Metric', 'Counter', 'Vector', 'Gauge', 'Histogram', 'get_metrics_snapshot']
+__all__ = ['FinishedRequestStats', 'PromptTokenStats', 'IterationStats', 'PrometheusStatLogger', 'parse_metrics', 'metric_value',
+           'cache_config_info', 'Metric', 'Counter', 'Vector', 'Gauge', 'Histogram', 'get_metrics_snapshot']
 
 # %% ../nbs/13_metrics.ipynb #ca69d52c
 @dataclass
@@ -34,6 +34,20 @@ class FinishedRequestStats:
     num_cached_tokens: int = 0   # prompt tokens found in the prefix cache
     n_param: int|None = None     # the request's n (once per request, not per child)
     max_tokens_param: int|None = None
+    num_preemptions: int = 0     # times the engine core preempted it
+
+@dataclass
+class PromptTokenStats:
+    "One step's prompt tokens by source (vLLM's): computed here, hit in the local prefix cache, or transferred (never, here)."
+    ALL_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vllm:prompt_tokens_by_source's labels
+    computed: int = 0
+    local_cache_hit: int = 0
+    external_kv_transfer: int = 0  # litevllm has no KV connector: always 0, exported as vLLM does
+    cached_tokens: int = 0         # local_cache_hit + external_kv_transfer
+    total: int = 0                 # computed + cached_tokens
+    def get_by_source(self, source:str) -> int:
+        "The tokens of one `source` label."
+        return {"local_compute": self.computed, "local_cache_hit": self.local_cache_hit, "external_kv_transfer": self.external_kv_transfer}[source]
 
 @dataclass
 class IterationStats:
@@ -44,6 +58,7 @@ class IterationStats:
     time_to_first_tokens_iter: list[float] = field(default_factory=list)
     inter_token_latencies_iter: list[float] = field(default_factory=list)
     finished_requests: list[FinishedRequestStats] = field(default_factory=list)
+    prompt_token_stats: PromptTokenStats = field(default_factory=PromptTokenStats)
 
 # %% ../nbs/13_metrics.ipynb #5318c0da
 from fastcore.basics import patch
@@ -57,6 +72,8 @@ def update_from_output(self:IterationStats, output:EngineCoreOutput, stats, num_
     if stats.first_token_time is None:
         self.num_prompt_tokens += num_prompt_tokens
         self.num_cached_tokens += output.num_cached_tokens
+        p, cached = self.prompt_token_stats, min(output.num_cached_tokens, num_prompt_tokens)
+        p.total += num_prompt_tokens; p.cached_tokens += cached; p.local_cache_hit += cached; p.computed += num_prompt_tokens - cached
         self.time_to_first_tokens_iter.append(now - stats.arrival_time)
     else: self.inter_token_latencies_iter.append(now - stats.last_token_time)
 
@@ -72,7 +89,8 @@ def update_from_finished_request(self:IterationStats, finish_reason:str, stats, 
     self.finished_requests.append(FinishedRequestStats(str(finish_reason), now - stats.arrival_time, num_prompt_tokens, n, ttft, tpot,
                                                        queued_time=sched - stats.arrival_time, prefill_time=first - sched,
                                                        decode_time=last - first, inference_time=last - sched,
-                                                       num_cached_tokens=num_cached_tokens, n_param=n_param, max_tokens_param=max_tokens_param))
+                                                       num_cached_tokens=num_cached_tokens, n_param=n_param, max_tokens_param=max_tokens_param,
+                                                       num_preemptions=stats.num_preemptions))
 
 # %% ../nbs/13_metrics.ipynb #a409ac57
 disable_created_metrics()  # no `*_created` timestamp series beside each counter (vLLM turns them off too)
@@ -80,7 +98,11 @@ _LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 
 _ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
 _E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
 _ITERATION_TOKENS_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+_REQUEST_NUM_PREEMPTIONS_BUCKETS = [1, 2, 3, 4, 5, 10, 20]
 _FINISH_REASONS = ("stop", "length", "abort", "error")  # vLLM's FinishReason values
+_WAITING_REASONS = ("capacity", "deferred")  # SchedulerStats.num_waiting_reqs, .num_skipped_waiting_reqs
+_CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")  # vLLM's CacheHitSource; litevllm has only device
+_ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")  # the front end's queue limits
 
 def _request_tokens_buckets(max_model_len:int) -> list[int]:
     "vLLM's 1-2-5 series up to max_model_len (request token histograms)."
@@ -107,6 +129,9 @@ class PrometheusStatLogger:
         tok_buckets = _request_tokens_buckets(max_model_len)
         gauge("num_requests_running", "vllm:num_requests_running", "Number of requests in model execution batches.")
         gauge("num_requests_waiting", "vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+        waiting_by_reason = prom.Gauge("vllm:num_requests_waiting_by_reason", "Number of waiting requests by reason. Reason labels: "
+            "'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, "
+            "blocked status). Sum of all reasons equals vllm:num_requests_waiting.", lab + ["reason"], registry=r, multiprocess_mode="mostrecent")
         gauge("kv_cache_usage", "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
         gauge("num_free_blocks", "litevllm:num_free_blocks", "KV blocks with no request using them (cached or not).")
         gauge("num_total_blocks", "litevllm:num_total_blocks", "KV blocks in the pool.")
@@ -115,10 +140,17 @@ class PrometheusStatLogger:
         counter("prefix_cache_hits", "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
         counter("num_preemptions", "vllm:num_preemptions", "Cumulative number of preemption from the engine.")
         counter("prompt_tokens", "vllm:prompt_tokens", "Number of prefill tokens processed.")
+        by_source = prom.Counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", lab + ["source"], registry=r)
         counter("prompt_tokens_cached", "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
+        cached_by_source = prom.Counter("vllm:prompt_tokens_cached_by_source", "Prefix-cache hit tokens by the cache tier that supplied "
+            "them: device (local HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. "
+            "Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.", lab + ["source"], registry=r)
         counter("generation_tokens", "vllm:generation_tokens", "Number of generation tokens processed.")
         self.request_success = prom.Counter("vllm:request_success", "Count of successfully processed requests.",
                                             lab + ["finished_reason"], registry=r)
+        self.admission_rejections = prom.Counter("vllm:admission_rejections", "Number of admission attempts rejected by a queue limit, by reason.",
+                                                 ["model_name", "reason"], registry=r)  # the front end's: no engine label (vLLM)
+        for reason in _ADMISSION_REASONS: self.admission_rejections.labels(model_name, reason)
         hist("prompt_len", "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tok_buckets)
         hist("gen_len", "vllm:request_generation_tokens", "Number of generation tokens processed.", tok_buckets)
         hist("iteration_tokens", "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", _ITERATION_TOKENS_BUCKETS)
@@ -134,6 +166,8 @@ class PrometheusStatLogger:
         hist("inference_time", "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", _E2E_BUCKETS)
         hist("prefill_time", "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", _E2E_BUCKETS)
         hist("decode_time", "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", _E2E_BUCKETS)
+        hist("request_num_preemptions", "vllm:request_num_preemptions", "Histogram of the number of times a request was preempted.",
+             _REQUEST_NUM_PREEMPTIONS_BUCKETS)
         hist("prefill_kv_computed", "vllm:request_prefill_kv_computed_tokens",
              "Histogram of new KV tokens computed during prefill (excluding cached tokens).", tok_buckets)
         info_fam = None
@@ -141,6 +175,9 @@ class PrometheusStatLogger:
         for e in self.engines:
             v = self.views[e] = SimpleNamespace(engine=e, last_preemptions=0, **{k: f.labels(model_name, e) for k, f in fams.items()})
             v.num_total_blocks.set(num_blocks); v.num_free_blocks.set(num_blocks)
+            v.waiting_by_reason = {x: waiting_by_reason.labels(model_name, e, x) for x in _WAITING_REASONS}
+            v.prompt_tokens_by_source = {x: by_source.labels(model_name, e, x) for x in PromptTokenStats.ALL_SOURCES}
+            v.prompt_tokens_cached_by_source = {x: cached_by_source.labels(model_name, e, x) for x in _CACHE_HIT_SOURCES}
             for reason in _FINISH_REASONS: self.request_success.labels(model_name, e, reason)
             info = {k: str(v_) for k, v_ in (cache_config or {"num_gpu_blocks": num_blocks}).items()} | {"engine": e}
             if info_fam is None: info_fam = prom.Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", list(info), registry=r,
@@ -157,10 +194,12 @@ def record(self:PrometheusStatLogger, scheduler_stats:SchedulerStats|None=None, 
     if scheduler_stats is not None:
         s = scheduler_stats
         v.num_requests_running.set(s.num_running_reqs)
-        v.num_requests_waiting.set(s.num_waiting_reqs)
+        v.num_requests_waiting.set(s.num_waiting_reqs + s.num_skipped_waiting_reqs)  # vLLM's: both reasons
+        v.waiting_by_reason["capacity"].set(s.num_waiting_reqs); v.waiting_by_reason["deferred"].set(s.num_skipped_waiting_reqs)
         v.kv_cache_usage.set(s.kv_cache_usage)
         v.prefix_cache_queries.inc(s.prefix_cache_stats.queries)
         v.prefix_cache_hits.inc(s.prefix_cache_stats.hits)
+        v.prompt_tokens_cached_by_source["device"].inc(s.prefix_cache_stats.hits)  # the only tier litevllm has
         if s.num_preemptions > v.last_preemptions:  # the scheduler counts since start: add the difference
             v.num_preemptions.inc(s.num_preemptions - v.last_preemptions); v.last_preemptions = s.num_preemptions
     if num_free_blocks is not None: v.num_free_blocks.set(num_free_blocks)
@@ -168,6 +207,7 @@ def record(self:PrometheusStatLogger, scheduler_stats:SchedulerStats|None=None, 
     if iteration_stats is None: return
     it = iteration_stats
     v.prompt_tokens.inc(it.num_prompt_tokens)
+    for source, c in v.prompt_tokens_by_source.items(): c.inc(it.prompt_token_stats.get_by_source(source))
     v.prompt_tokens_cached.inc(it.num_cached_tokens)
     v.generation_tokens.inc(it.num_generation_tokens)
     v.iteration_tokens.observe(it.num_prompt_tokens - it.num_cached_tokens + it.num_generation_tokens)  # tokens computed this step
@@ -178,6 +218,7 @@ def record(self:PrometheusStatLogger, scheduler_stats:SchedulerStats|None=None, 
         v.e2e.observe(f.e2e_latency)
         for h, x in ((v.queue_time, f.queued_time), (v.prefill_time, f.prefill_time), (v.decode_time, f.decode_time),
                      (v.inference_time, f.inference_time)): h.observe(x)
+        v.request_num_preemptions.observe(f.num_preemptions)
         v.prefill_kv_computed.observe(f.num_prompt_tokens - max(f.num_cached_tokens, 0))
         if f.n_param is not None: v.params_n.observe(f.n_param)
         if f.max_tokens_param: v.params_max_tokens.observe(f.max_tokens_param); v.max_num_gen_tokens.observe(f.max_tokens_param)
@@ -188,6 +229,12 @@ def record(self:PrometheusStatLogger, scheduler_stats:SchedulerStats|None=None, 
 @patch
 def record_abort(self:PrometheusStatLogger, n:int=1):
     if n: self.request_success.labels(self.model_name, self.engine, "abort").inc(n)
+
+@patch
+def record_admission_rejection(self:PrometheusStatLogger, reason:str):
+    "Count a request the front end refused at a queue limit: `reason` is `max_num_queued_reqs` or `max_num_queued_tokens` (vLLM's)."
+    if reason not in _ADMISSION_REASONS: raise ValueError(f"unknown admission rejection reason {reason!r}, not one of {_ADMISSION_REASONS}")
+    self.admission_rejections.labels(self.model_name, reason).inc()
 
 @patch
 def render(self:PrometheusStatLogger) -> bytes:

@@ -36,6 +36,7 @@ class CachedRequestState:
     output_token_ids: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)   # prompt + output
     num_prompt_logprobs_done: int = 0  # prompt positions whose logprobs were returned (not again after a preemption)
+    prompt_embeds: torch.Tensor|None = None  # an embeds prompt's rows, on the device in the model's dtype (its ids are placeholders)
     def __post_init__(self): self.token_ids = list(self.prompt_token_ids) + self.output_token_ids
 
 @dataclass
@@ -90,7 +91,10 @@ def _update_states(self:ModelRunner, so:SchedulerOutput):
     for r in so.scheduled_new_reqs:
         sp = r.sampling_params
         gen = torch.Generator(device=self.device).manual_seed(sp.seed) if sp.seed is not None and sp.sampling_type != "greedy" else None
-        self.requests[r.req_id] = CachedRequestState(r.req_id, r.prompt_token_ids, sp, gen, list(r.block_ids), r.num_computed_tokens, r.eos_token_id)
+        emb = r.prompt_embeds
+        if emb is not None: emb = emb.to(self.device, self.config.dtype)  # once: kept for every chunk and a recompute after preemption
+        self.requests[r.req_id] = CachedRequestState(r.req_id, r.prompt_token_ids, sp, gen, list(r.block_ids), r.num_computed_tokens,
+                                                     r.eos_token_id, prompt_embeds=emb)
     c = so.scheduled_cached_reqs
     for rid, resumed, blocks, n in zip(c.req_ids, c.resumed_from_preemption, c.new_block_ids, c.num_computed_tokens):
         st = self.requests[rid]
@@ -107,11 +111,13 @@ class InputBatch:
     sample_rows: list[int]       # the flat-batch row of each sampling request's last token
     sample_ids: list[str]        # those requests, in the same order
     prompt_logprobs: list[tuple] # (req_id, first row, end row, target token ids, k, prompt positions done after)
+    embeds_rows: torch.Tensor|None = None  # the rows that are prompt-embeds positions...
+    embeds: torch.Tensor|None = None       # ...and their embeddings, (len(embeds_rows), hidden)
 
 @patch
 def _prepare_inputs(self:ModelRunner, so:SchedulerOutput) -> InputBatch:
     "The flat batch of `so` from the runner's batch state (which it leaves as it is)."
-    ids, pos, qlens, slens, tables, sample_rows, sample_ids, plp = [], [], [], [], [], [], [], []
+    ids, pos, qlens, slens, tables, sample_rows, sample_ids, plp, erows, eparts = [], [], [], [], [], [], [], [], [], []
     offset = 0
     for rid, n in so.num_scheduled_tokens.items():
         st = self.requests[rid]
@@ -125,10 +131,19 @@ def _prepare_inputs(self:ModelRunner, so:SchedulerOutput) -> InputBatch:
             end = min(start + n, len(st.prompt_token_ids) - 1)  # positions that predict a prompt token
             if lo < end: plp.append((rid, offset + lo - start, offset + end - start, st.prompt_token_ids[lo + 1:end + 1],
                                      st.sampling_params.prompt_logprobs, end))
+        if st.prompt_embeds is not None and (k := min(start + n, len(st.prompt_embeds)) - start) > 0:  # prompt rows given as embeddings
+            erows.append(np.arange(offset, offset + k)); eparts.append(st.prompt_embeds[start:start + k])
         offset += n
     dev = self.device
     return InputBatch(torch.tensor(ids, dtype=torch.int64, device=dev), torch.from_numpy(np.concatenate(pos)).to(dev),
-                      build_attention_metadata(qlens, slens, tables, self.block_size, dev), sample_rows, sample_ids, plp)
+                      build_attention_metadata(qlens, slens, tables, self.block_size, dev), sample_rows, sample_ids, plp,
+                      torch.from_numpy(np.concatenate(erows)).to(dev) if erows else None, torch.cat(eparts) if eparts else None)
+
+@patch
+def _inputs_embeds(self:ModelRunner, b:InputBatch) -> torch.Tensor|None:
+    "The step's input embeddings when some rows are prompt embeddings: the ids' own, those rows replaced (None: ids only)."
+    if b.embeds is None: return None
+    return self.model.embed_input_ids(b.input_ids).index_copy_(0, b.embeds_rows, b.embeds)
 
 # %% ../nbs/09_model_runner.ipynb #32cbc2ab
 @patch
@@ -173,7 +188,7 @@ def execute_model(self:ModelRunner, so:SchedulerOutput, grammar_output:GrammarOu
     b = self._prepare_inputs(so)
     self.attn.prepare(b.md)
     t1 = time.perf_counter()
-    hidden = self._forward(b.input_ids, b.positions, b.md)    # (tokens, hidden); a CUDA graph replay for a decode batch
+    hidden = self._forward(b.input_ids, b.positions, b.md, self._inputs_embeds(b))  # (tokens, hidden); a CUDA graph replay for a decode batch
     logits = self.model.compute_logits(hidden[b.sample_rows])  # (sampling requests, vocab)
     prompt_lps = self._prompt_logprobs(hidden, b.prompt_logprobs)
     if self.device.type == "cuda": torch.cuda.synchronize()
@@ -253,12 +268,13 @@ def capture_model(self:ModelRunner):
 
 # %% ../nbs/09_model_runner.ipynb #3b8abd0e
 @patch
-def _forward(self:ModelRunner, input_ids, positions, md:AttentionMetadata):
-    "The model's forward for this step: a CUDA graph replay for a decode batch of a captured size, else eager."
+def _forward(self:ModelRunner, input_ids, positions, md:AttentionMetadata, inputs_embeds=None):
+    "The model's forward for this step: a CUDA graph replay for a decode batch of a captured size, else (or with `inputs_embeds`) eager."
     B = len(md.query_lens)
-    n = padded_batch_size(getattr(self, "cudagraph_sizes", []), B) if md.max_query_len == 1 and input_ids.shape[0] == B else None
+    decode = md.max_query_len == 1 and input_ids.shape[0] == B and inputs_embeds is None  # the graphs take ids
+    n = padded_batch_size(getattr(self, "cudagraph_sizes", []), B) if decode else None
     if n is None or md.block_tables.shape[1] > self.static["block_tables"].shape[1]:
-        return self.model(input_ids, positions, self.attn)
+        return self.model(input_ids, positions, self.attn, inputs_embeds)
     s = self.static
     s["input_ids"][:B].copy_(input_ids); s["positions"][:B].copy_(positions)
     s["slot_mapping"][:B].copy_(md.slot_mapping); s["slot_mapping"][B:n].fill_(-1)  # padding rows write no slot...

@@ -117,6 +117,7 @@ class RequestStateStats:
     first_token_time: float|None = None
     last_token_time: float|None = None
     num_generation_tokens: int = 0
+    num_preemptions: int = 0  # as of the request's last output (the engine core counts them)
 
 class RequestState:
     "The front end's record of one (child) request."
@@ -159,7 +160,7 @@ def update(self:RequestState, o:EngineCoreOutput) -> str|None:
     now = time.time()
     if o.new_prompt_logprobs is not None and self.prompt_logprobs is not None:
         self.prompt_logprobs.extend(self._logprob_dicts(o.new_prompt_logprobs, self.params.prompt_logprobs))
-    self.num_cached_tokens = o.num_cached_tokens
+    self.num_cached_tokens, self.stats.num_preemptions = o.num_cached_tokens, o.num_preemptions
     new = o.new_token_ids
     if new:
         if self.stats.first_token_time is None: self.stats.first_token_time = now

@@ -7,6 +7,7 @@ Docs: https://litevllm.github.io/litevllm/request.html.md"""
 # %% ../nbs/03_request.ipynb #342572d4
 from __future__ import annotations
 import enum
+import torch
 from fastcore.basics import patch
 from .sampling_params import SamplingParams
 from .inputs import EngineCoreRequest
@@ -91,10 +92,15 @@ _EDGE_LABELS.update({(_S.WAITING, _S.WAITING_FOR_FSM): "structured output: gramm
 # %% ../nbs/03_request.ipynb #69c8153c
 class Request:
     "The engine core's state of one request."
-    def __init__(self, request_id:str, prompt_token_ids:list[int], sampling_params:SamplingParams, eos_token_id:int|None,
-                 arrival_time:float=0.0, priority:int=0, cache_salt:str|None=None):
+    def __init__(self, request_id:str, prompt_token_ids:list[int]|None, sampling_params:SamplingParams, eos_token_id:int|None,
+                 arrival_time:float=0.0, priority:int=0, cache_salt:str|None=None,
+                 prompt_embeds:torch.Tensor|None=None):  # (prompt tokens, hidden): input embeddings in place of the prompt's ids
         self.request_id, self.sampling_params, self.eos_token_id = request_id, sampling_params, eos_token_id
         self.arrival_time, self.priority, self.cache_salt = arrival_time, priority, cache_salt
+        self.prompt_embeds = prompt_embeds
+        if prompt_token_ids is None: prompt_token_ids = [0] * len(prompt_embeds)  # placeholders, as vLLM's
+        if prompt_embeds is not None and len(prompt_embeds) != len(prompt_token_ids):
+            raise ValueError(f"prompt_embeds has {len(prompt_embeds)} rows for {len(prompt_token_ids)} prompt positions")
         self.prompt_token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.prompt_token_ids)
         self.output_token_ids: list[int] = []
@@ -109,7 +115,8 @@ class Request:
 
     @classmethod
     def from_engine_core_request(cls, r:EngineCoreRequest) -> Request:
-        return cls(r.request_id, r.prompt_token_ids, r.sampling_params, r.eos_token_id, r.arrival_time, r.priority, r.cache_salt)
+        return cls(r.request_id, r.prompt_token_ids, r.sampling_params, r.eos_token_id, r.arrival_time, r.priority, r.cache_salt,
+                   r.prompt_embeds)
 
     @property
     def status(self) -> RequestStatus: return self._status

@@ -6,7 +6,7 @@ Docs: https://litevllm.github.io/litevllm/sampling_params.html.md"""
 
 # %% ../nbs/01_sampling_params.ipynb #cc3639a1
 from __future__ import annotations
-import copy, enum, logging
+import copy, enum, logging, math
 from dataclasses import dataclass, field, fields
 from fastcore.basics import patch
 from .exceptions import VLLMValidationError
@@ -107,36 +107,41 @@ class SamplingParams:
             self.temperature = _MAX_TEMP
         if self.temperature < _SAMPLING_EPS:  # greedy: neutral truncation settings
             self.top_p, self.top_k, self.min_p = 1.0, 0, 0.0
-            if self.n > 1: raise VLLMValidationError(f"n must be 1 when using greedy sampling (temperature=0), got {self.n}", parameter="n", value=self.n)
+            if self.n > 1: raise VLLMValidationError(f"n must be 1 when using greedy sampling, got {self.n}.")
 
     def _verify(self):
-        def check(ok, name, msg):
-            if not ok: raise VLLMValidationError(f"{name} {msg}, got {getattr(self, name)!r}", parameter=name, value=getattr(self, name))
-        check(isinstance(self.n, int) and self.n >= 1, "n", "must be at least 1")
-        check(isinstance(self.temperature, (int, float)) and self.temperature == self.temperature, "temperature", "must be a number")
-        check(-2.0 <= self.presence_penalty <= 2.0, "presence_penalty", "must be in [-2, 2]")
-        check(-2.0 <= self.frequency_penalty <= 2.0, "frequency_penalty", "must be in [-2, 2]")
-        check(self.repetition_penalty > 0.0, "repetition_penalty", "must be greater than zero")
-        check(self.temperature >= 0.0, "temperature", "must be non-negative")
-        check(self.temperature <= 2.0, "temperature", "must be in [0, 2]")  # vLLM's (and OpenAI's) range
-        check(0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]")
-        check(isinstance(self.top_k, int) and self.top_k >= -1, "top_k", "must be -1 (disable), 0 (disable) or at least 1")
-        check(0.0 <= self.min_p <= 1.0, "min_p", "must be in [0, 1]")
-        check(self.seed is None or isinstance(self.seed, int), "seed", "must be an integer or None")
-        check(self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 1), "max_tokens", "must be at least 1")
-        check(isinstance(self.min_tokens, int) and self.min_tokens >= 0, "min_tokens", "must be greater than or equal to 0")
-        check(self.max_tokens is None or self.min_tokens <= self.max_tokens, "min_tokens", "must be less than or equal to max_tokens")
-        check(self.logprobs is None or (isinstance(self.logprobs, int) and self.logprobs >= 0), "logprobs", "must be non-negative")
-        check(self.prompt_logprobs is None or (isinstance(self.prompt_logprobs, int) and self.prompt_logprobs >= 0),
-              "prompt_logprobs", "must be non-negative")
-        check(all(isinstance(s, str) and s for s in self.stop), "stop", "cannot contain an empty string")
-        check(not self.stop or self.detokenize, "stop", "strings are only supported when detokenize is True")
-        check(all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "must be non-negative integers")
-        check(self.allowed_token_ids is None or len(self.allowed_token_ids) > 0, "allowed_token_ids", "must not be empty")
-        check(all(isinstance(w, str) and w for w in self.bad_words), "bad_words", "must be non-empty strings")
-        check(isinstance(self.output_kind, RequestOutputKind), "output_kind", "must be a RequestOutputKind")
-        check(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputsParams), "structured_outputs",
-              "must be a StructuredOutputsParams")
+        "vLLM's checks, in vLLM's words; `parameter` where vLLM names one."
+        def check(ok, msg, name=None):
+            if not ok: raise VLLMValidationError(msg, parameter=name, value=None if name is None else getattr(self, name))
+        num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        check(isinstance(self.n, int) and self.n >= 1, f"n must be at least 1, got {self.n}.")
+        check(num(self.presence_penalty) and -2.0 <= self.presence_penalty <= 2.0, f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
+        check(num(self.frequency_penalty) and -2.0 <= self.frequency_penalty <= 2.0, f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
+        check(num(self.repetition_penalty), f"repetition_penalty must be a finite number, got {self.repetition_penalty}.")
+        check(self.repetition_penalty > 0.0, f"repetition_penalty must be greater than zero, got {self.repetition_penalty}.")
+        check(num(self.temperature), f"temperature must be a finite number, got {self.temperature}.", "temperature")
+        check(self.temperature >= 0.0, f"temperature must be non-negative, got {self.temperature}.", "temperature")
+        check(self.temperature <= 2.0, f"temperature must be in [0, 2], got {self.temperature}.", "temperature")  # vLLM's (and OpenAI's) range
+        check(num(self.top_p) and 0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}.", "top_p")
+        check(isinstance(self.top_k, int), f"top_k must be an integer, got {type(self.top_k).__name__}")
+        check(self.top_k >= -1, f"top_k must be 0 (disable), or at least 1, got {self.top_k}.")  # -1 is quietly accepted as 0
+        check(num(self.min_p) and 0.0 <= self.min_p <= 1.0, f"min_p must be in [0, 1], got {self.min_p}.")
+        check(self.seed is None or isinstance(self.seed, int), f"seed must be an integer or None, got {self.seed!r}.", "seed")
+        check(self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 1), f"max_tokens must be at least 1, got {self.max_tokens}.", "max_tokens")
+        check(isinstance(self.min_tokens, int) and self.min_tokens >= 0, f"min_tokens must be greater than or equal to 0, got {self.min_tokens}.")
+        check(self.max_tokens is None or self.min_tokens <= self.max_tokens,
+              f"min_tokens must be less than or equal to max_tokens={self.max_tokens}, got {self.min_tokens}.")
+        check(self.logprobs is None or (isinstance(self.logprobs, int) and self.logprobs >= -1), f"logprobs must be non-negative or -1, got {self.logprobs}.", "logprobs")
+        check(self.prompt_logprobs is None or (isinstance(self.prompt_logprobs, int) and self.prompt_logprobs >= -1),
+              f"prompt_logprobs must be non-negative or -1, got {self.prompt_logprobs}.", "prompt_logprobs")
+        check(all(isinstance(s, str) and s for s in self.stop), "stop cannot contain an empty string.")
+        check(not self.stop or self.detokenize, "stop strings are only supported when detokenize is True. Set detokenize=True to use stop.")
+        check(all(isinstance(t, int) for t in self.stop_token_ids), f"stop_token_ids must contain only integers, got {self.stop_token_ids}.")
+        check(self.allowed_token_ids is None or len(self.allowed_token_ids) > 0, "allowed_token_ids is not None and empty!", "allowed_token_ids")
+        check(all(isinstance(w, str) and w for w in self.bad_words), f"bad_words cannot contain an empty string. Got bad_words={self.bad_words}")
+        check(isinstance(self.output_kind, RequestOutputKind), f"output_kind must be a RequestOutputKind, got {self.output_kind!r}.", "output_kind")
+        check(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputsParams),
+              f"structured_outputs must be a StructuredOutputsParams, got {type(self.structured_outputs).__name__}.", "structured_outputs")
 
     @property
     def sampling_type(self) -> str:

@@ -7,6 +7,7 @@ Docs: https://litevllm.github.io/litevllm/scheduler.html.md"""
 # %% ../nbs/05_scheduler.ipynb #56c246aa
 from __future__ import annotations
 import heapq, time
+import torch
 from collections import deque
 from dataclasses import dataclass, field
 from fastcore.basics import patch
@@ -58,6 +59,7 @@ class NewRequestData:
     block_ids: list[int]
     num_computed_tokens: int
     eos_token_id: int|None = None
+    prompt_embeds: torch.Tensor|None = None  # an embeds prompt's (tokens, hidden) input embeddings (its ids are placeholders)
 
 @dataclass
 class CachedRequestData:
@@ -87,6 +89,7 @@ class EngineCoreOutput:
     new_logprobs: object = None         # sampler's LogprobsLists for the new tokens, when asked for
     new_prompt_logprobs: object = None  # LogprobsTensors for a chunk of prompt tokens, when asked for
     num_cached_tokens: int = 0
+    num_preemptions: int = 0           # times the request was preempted so far (the front end's per-request histogram)
     @property
     def finished(self) -> bool: return self.finish_reason is not None
 
@@ -94,10 +97,11 @@ class EngineCoreOutput:
 class SchedulerStats:
     "A snapshot of the scheduler (vLLM's field names)."
     num_running_reqs: int = 0
-    num_waiting_reqs: int = 0
+    num_waiting_reqs: int = 0          # waiting for capacity: KV blocks, token budget, max_num_seqs (preempted ones too)
     kv_cache_usage: float = 0.0
     prefix_cache_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
-    num_preemptions: int = 0   # since the engine started
+    num_preemptions: int = 0           # since the engine started
+    num_skipped_waiting_reqs: int = 0  # deferred: waiting for their grammar to compile (vLLM's "deferred" reason)
 
 # %% ../nbs/05_scheduler.ipynb #2498e289
 class Scheduler:
@@ -119,12 +123,14 @@ class Scheduler:
         self.num_preemptions = 0
         self.structured_output_manager = StructuredOutputManager(vllm_config)  # grammars: compiled off the loop
         self.grammar_compile_error_reqs: set[str] = set()  # their grammar failed: finished with an error in update_from_output
+        self.deferred_waiting: set[str] = set()  # waiting requests whose grammar is not compiled yet (vLLM's name)
 
     def add_request(self, request:Request):
         if request.max_tokens is None: request.max_tokens = self.max_model_len - request.num_prompt_tokens
         if request.use_structured_output:  # waits in WAITING_FOR_FSM while its grammar compiles in the pool
             request.status = RequestStatus.WAITING_FOR_FSM
             self.structured_output_manager.grammar_init(request)
+            self.deferred_waiting.add(request.request_id)
         self.waiting.add_request(request)
         self.requests[request.request_id] = request
 
@@ -225,7 +231,7 @@ def _schedule_waiting(self:Scheduler, st:_Step):
         block_ids = self.kv_cache_manager.get_block_ids(request.request_id)
         if resumed: st.add_cached(request, block_ids, True, num_hit)
         else: st.new_reqs.append(NewRequestData(request.request_id, request.prompt_token_ids, request.sampling_params, block_ids,
-                                                num_hit, request.eos_token_id))
+                                                num_hit, request.eos_token_id, request.prompt_embeds))
         st.num_scheduled[request.request_id] = n
         st.token_budget -= n
     for r in reversed(skipped): self.waiting.prepend_request(r)
@@ -236,6 +242,7 @@ def _grammar_ready(self:Scheduler, request:Request) -> bool:
     "True (and the request is WAITING again) once its grammar is compiled; a failed compile is noted for update_from_output."
     g = request.structured_output_request.grammar
     if g is None: return False  # still compiling
+    self.deferred_waiting.discard(request.request_id)  # compiled or failed: no longer deferred
     if isinstance(g, Exception): self.grammar_compile_error_reqs.add(request.request_id); return False
     request.status = RequestStatus.WAITING
     return True
@@ -270,6 +277,7 @@ def check_stop(request:Request, max_model_len:int) -> bool:
 def _free_request(self:Scheduler, request:Request):
     self.kv_cache_manager.free(request)
     self.finished_req_ids.add(request.request_id)
+    self.deferred_waiting.discard(request.request_id)
     del self.requests[request.request_id]
 
 @patch
@@ -290,7 +298,7 @@ def update_from_output(self:Scheduler, scheduler_output:SchedulerOutput, model_r
         prompt_lp = (model_runner_output.prompt_logprobs_dict or {}).get(rid)
         if new_ids or prompt_lp is not None:
             outputs.append(EngineCoreOutput(rid, new_ids, request.get_finished_reason(), request.stop_reason, logprobs,
-                                            prompt_lp, max(request.num_cached_tokens, 0)))
+                                            prompt_lp, max(request.num_cached_tokens, 0), request.num_preemptions))
     for request in stopped:
         self.running.remove(request)
         self._free_request(request)
@@ -312,8 +320,10 @@ def finish_requests(self:Scheduler, request_ids, finished_status:RequestStatus=R
 
 @patch
 def make_stats(self:Scheduler) -> SchedulerStats:
-    return SchedulerStats(len(self.running), len(self.waiting), self.kv_cache_manager.usage,
-                          self.kv_cache_manager.make_prefix_cache_stats(), self.num_preemptions)
+    "A snapshot after a step; the waiting requests split as vLLM's: for capacity, or deferred (grammar compiling)."
+    deferred = len(self.deferred_waiting)
+    return SchedulerStats(len(self.running), len(self.waiting) - deferred, self.kv_cache_manager.usage,
+                          self.kv_cache_manager.make_prefix_cache_stats(), self.num_preemptions, deferred)
 
 # %% ../nbs/05_scheduler.ipynb #b6c487a0
 @patch

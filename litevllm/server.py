@@ -6,42 +6,47 @@ Docs: https://litevllm.github.io/litevllm/server.html.md"""
 
 # %% ../nbs/16_server.ipynb #8f62a838
 from __future__ import annotations
-import argparse, asyncio, contextlib, dataclasses, json, logging, math, os, re, secrets, signal, sys, time, uuid
+import argparse, asyncio, base64, contextlib, dataclasses, hashlib, io, json, logging, math, os, re, secrets, signal, sys, time, uuid
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from fastcore.basics import patch
-from typing import Any, AsyncIterator
+from typing import Annotated, Any, AsyncIterator
 import uvicorn
-from fastapi import FastAPI, Request
+import torch
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, model_validator
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.exceptions import HTTPException as StarletteHTTPException
 import litevllm
 from .config import DEFAULT_MODEL_NAME
-from .sampling_params import SamplingParams, RequestOutputKind
+from .sampling_params import SamplingParams, RequestOutputKind, BeamSearchParams
 from .inputs import apply_chat_template
 from .async_llm import AsyncLLM, AsyncEngineArgs, EngineDeadError, EngineGenerateError
 from .attention import kv_prefault
-from .cli import add_engine_args, engine_kwargs
+from .cli import add_engine_args, engine_kwargs, add_vllm_noop_args, warn_vllm_noops
+from .exceptions import VLLMValidationError
 from typing import Literal
 from pydantic import Field, ValidationError
 from .sampling_params import StructuredOutputsParams
 from .structured_output import validate_structured_output
 
 # %% auto #0
-__all__ = ['logger', 'SSE_DONE', 'APIError', 'error_response', 'validation_message', 'sanitize_message', 'vllm_validation_error',
-           'http_error_body', 'OpenAIBaseModel', 'StreamOptions', 'SamplingFields', 'CompletionRequest',
-           'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest', 'JsonSchemaResponseFormat',
-           'ResponseFormat', 'structured_outputs_from_request', 'raise_on_engine_error', 'bad_request',
-           'to_sampling_params', 'check_length', 'ServerLimits', 'add_limit_args', 'num_prompts', 'check_limits',
-           'completion_logprobs', 'chat_logprobs', 'ServerState', 'default_served_names', 'APIKeyMiddleware',
-           'ServerGuard', 'ClientDisconnected', 'run_until_disconnect', 'merge_async_iterators', 'sse', 'usage',
-           'prompt_logprobs_json', 'vllm_choice_extras', 'chat_message', 'check_prompt_logprobs', 'echo_choice',
-           'check_tool_choice', 'prepare_completion', 'completion_full', 'completion_stream', 'prepare_chat',
-           'chat_full', 'chat_stream', 'check_chat_template', 'echo_text', 'build_app', 'threading_main', 'cmd_serve',
-           'add_cli', 'ServerShuttingDown']
+__all__ = ['logger', 'TokenId', 'SSE_DONE', 'APIError', 'invalid', 'error_response', 'validation_message', 'sanitize_message',
+           'clean_loc', 'vllm_validation_error', 'http_error_body', 'OpenAIBaseModel', 'StreamOptions',
+           'SamplingFields', 'CompletionRequest', 'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest',
+           'JsonSchemaResponseFormat', 'ResponseFormat', 'structured_outputs_from_request', 'raise_on_engine_error',
+           'bad_request', 'logit_bias_ids', 'to_sampling_params', 'max_chars_per_token', 'check_text_length',
+           'check_truncation', 'truncate_ids', 'check_max_tokens', 'check_length', 'ServerLimits', 'add_limit_args',
+           'num_prompts', 'check_logprobs_limit', 'check_limits', 'completion_logprobs', 'chat_logprobs',
+           'ServerOptions', 'ServerState', 'default_served_names', 'APIKeyMiddleware', 'ServerGuard',
+           'ClientDisconnected', 'run_until_disconnect', 'merge_async_iterators', 'sse', 'usage',
+           'prompt_tokens_details', 'stream_usage', 'should_include_usage', 'prompt_logprobs_json',
+           'vllm_choice_extras', 'chat_message', 'echo_choice', 'beam_search_params', 'check_tool_choice',
+           'load_prompt_embeds', 'tokenize_prompt', 'prepare_completion', 'completion_full', 'completion_stream',
+           'render_chat', 'prepare_chat', 'chat_full', 'chat_stream', 'check_chat_template', 'echo_text',
+           'system_fingerprint', 'build_app', 'model_card', 'tokenizer_info', 'tracked_load', 'threading_main',
+           'cmd_serve', 'add_cli', 'ServerShuttingDown']
 
 # %% ../nbs/16_server.ipynb #f462d722
 logger = logging.getLogger("litevllm.server")
@@ -51,6 +56,10 @@ class APIError(Exception):
     def __init__(self, message:str, status:int=400, type:str="BadRequestError", param:str|None=None):
         super().__init__(message)
         self.message, self.status, self.type, self.param = message, status, type, param
+
+def invalid(message:str, param:str|None=None, value:Any=None) -> APIError:
+    "A 400 worded as vLLM words a VLLMValidationError: the message, then `(parameter=..., value=...)`."
+    return APIError(str(VLLMValidationError(message, parameter=param, value=value)), param=param)
 
 def error_response(message:str, status:int=400, type:str="BadRequestError", param:str|None=None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": type, "param": param, "code": status}}, status_code=status)
@@ -87,41 +96,64 @@ def _short_input(v):
     if isinstance(v, str): return v if len(v) <= 200 else v[:200] + "...[truncated]"
     if isinstance(v, (bytes, bytearray)): return f"<{type(v).__name__} of {len(v)} bytes>"
     if isinstance(v, (list, tuple, set, frozenset, dict)): return f"<{type(v).__name__} of {len(v)} items>"
-    return v if len(str(v)) <= 200 else str(v)[:200] + "...[truncated]"
+    try: s = str(v)
+    except Exception: return f"<{type(v).__name__}>"
+    return s if len(s) <= 200 else s[:200] + "...[truncated]"
+
+_INTERNAL_LOC = {"function-wrap", "function-after", "function-before", "function-plain", "json-or-python", "lax-or-strict", "chain",
+                 "default", "nullable", "tagged-union", "union", "call", "arguments", "is-instance", "is-subclass", "callable", "str", "int",
+                 "float", "bool", "bytes", "bytearray", "list", "tuple", "dict", "set", "frozenset", "complex", "none", "nonetype"}
+
+def clean_loc(loc) -> str:
+    "A pydantic error's location as vLLM's `param`: dotted, without pydantic's internal markers (union branches, wrappers)."
+    parts = [str(p) for p in loc if not (re.search(r"[\[\]{}()]", str(p)) or str(p).lower() in _INTERNAL_LOC)]
+    return ".".join(parts or map(str, loc))
 
 def vllm_validation_error(exc:RequestValidationError) -> dict:
-    "vLLM 0.32's 400 body for a request that failed pydantic validation."
+    "vLLM 0.32's 400 body for a request that failed validation: its own checks by name, pydantic's as a list."
     errors = exc.errors()
-    param = ".".join(str(p) for p in errors[0].get("loc", ())) or None if errors else None
+    if own := next((e["ctx"]["error"] for e in errors if isinstance((e.get("ctx") or {}).get("error"), VLLMValidationError)), None):
+        return {"error": {"message": sanitize_message(str(own)), "type": "BadRequestError", "param": own.parameter, "code": 400}}
+    param = clean_loc(errors[0].get("loc", ())) or None if errors else None
     lines = []
     for e in errors[:10]:
         e = dict(e)
         if "input" in e: e["input"] = _short_input(e["input"])
-        if isinstance(e.get("loc"), (tuple, list)): e["loc"] = ".".join(str(p) for p in e["loc"])
+        if isinstance(e.get("loc"), (tuple, list)): e["loc"] = clean_loc(e["loc"])
         e.pop("url", None)
-        lines.append(f"  {str(e)[:1000]}\n")
+        s = str(e)
+        lines.append(f"  {s[:1000] + '...[truncated]' if len(s) > 1000 else s}\n")
     label = "error" if len(errors) == 1 else "errors"
-    message = (f"{len(errors)} validation {label}:\n" + "".join(lines)).rstrip() if errors else "Validation error"
+    message = (f"{len(errors)} validation {label}:\n" + "".join(lines) + (f"  ...and {len(errors) - 10} more {label}\n" if len(errors) > 10 else "")).rstrip() if errors else "Validation error"
     return {"error": {"message": sanitize_message(message), "type": HTTPStatus.BAD_REQUEST.phrase, "param": param, "code": 400}}
 
 def http_error_body(status:int, detail) -> dict:
-    "vLLM's body for an HTTP error such as an unknown route (404) or a wrong method (405)."
+    "vLLM's body for an HTTPException raised by a handler (the 404 and 405 of unknown routes keep FastAPI's detail body)."
     return {"error": {"message": sanitize_message(str(detail)), "type": HTTPStatus(status).phrase, "param": None, "code": status}}
 
 # %% ../nbs/16_server.ipynb #7218c615
+_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
+TokenId = Annotated[int, Field(ge=0)]
+
 class OpenAIBaseModel(BaseModel):
-    "vLLM's base model: strict types; unknown fields are ignored with a warning."
-    model_config = ConfigDict(extra="allow", strict=True)
+    "vLLM's base model: pydantic's default (lax) types; unknown fields are ignored with a log line."
+    model_config = ConfigDict(extra="allow")
 
     @model_validator(mode="after")
     def _warn_extra_fields(self):
         if self.model_extra: logger.warning("The following fields were present in the request but ignored: %s", sorted(self.model_extra))
         return self
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    include_usage: bool|None = True
-    continuous_usage_stats: bool|None = False
+class StreamOptions(OpenAIBaseModel):
+    include_usage: bool|None = False          # OpenAI's default: no usage chunk unless asked
+    continuous_usage_stats: bool|None = False # vLLM: usage in every chunk too
+
+def _refuse(message:str, param:str|None=None, value=None): raise VLLMValidationError(message, parameter=param, value=value)
+
+def _int_field(data:dict, name:str):
+    "vLLM checks these before pydantic does: a non-number is a 400 naming the field, not a crash."
+    if (v := data.get(name)) is not None and not isinstance(v, (int, float)): _refuse(f"`{name}` must be an integer.", name, v)
+    return v
 
 class SamplingFields(OpenAIBaseModel):
     "The fields completions and chat share: OpenAI's, then vLLM's extras."
@@ -130,14 +162,16 @@ class SamplingFields(OpenAIBaseModel):
     stream: bool = False
     stream_options: StreamOptions|None = None
     stop: str|list[str]|None = None
-    seed: int|None = None
+    seed: Annotated[int, Field(ge=_INT64_MIN, le=_INT64_MAX)]|None = None   # vLLM: a 64-bit seed
     temperature: float|None = None
     top_p: float|None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    presence_penalty: float|None = 0.0
+    frequency_penalty: float|None = 0.0
     logit_bias: dict[str, float]|None = None
     user: str|None = None
     # vLLM's extra sampling fields
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
     top_k: int|None = None
     min_p: float|None = None
     repetition_penalty: float|None = None
@@ -147,22 +181,56 @@ class SamplingFields(OpenAIBaseModel):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: Annotated[int, Field(ge=-1, le=_INT64_MAX)]|None = None  # keep the last N prompt tokens (-1: as many as fit)
+    truncation_side: Literal["left", "right"]|None = None   # which side truncation cuts: vLLM's default for generation is left
     priority: int = 0
+    cache_salt: str|None = None              # vLLM: a tenant's prefix cache, apart from others'
     allowed_token_ids: list[int]|None = None
     bad_words: list[str]|None = None
     prompt_logprobs: int|None = None
     return_token_ids: bool|None = None       # vLLM: token_ids (and prompt_token_ids) in the response
+    return_tokens_as_token_ids: bool|None = None  # vLLM: logprob tokens as "token_id:N"
     response_format: dict[str, Any]|None = None     # OpenAI: {"type": "json_object"} or {"type": "json_schema", "json_schema": {...}}
     structured_outputs: dict[str, Any]|None = None  # vLLM: StructuredOutputsParams' fields (regex, choice, grammar, json, ...)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _check_shared(cls, data):
+        "vLLM's checks on the raw body: stream options only when streaming; prompt logprobs a count or -1, not streamed."
+        if not isinstance(data, dict): return data
+        if (salt := data.get("cache_salt")) is not None:
+            if not isinstance(salt, str) or not salt: _refuse("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+            if len(salt) > 128 or any(c in salt for c in "@/\\\0"):
+                _refuse("Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', or NUL.", "cache_salt")
+        if data.get("stream_options") and not data.get("stream"): _refuse("Stream options can only be defined when `stream=True`.", "stream_options")
+        if (plp := _int_field(data, "prompt_logprobs")) is not None:
+            if data.get("stream") and (plp > 0 or plp == -1): _refuse("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
+            if plp < 0 and plp != -1: _refuse("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs")
+        return data
+
 class CompletionRequest(SamplingFields):
-    prompt: str|list[str]|list[int]|list[list[int]]
+    prompt: str|list[str]|list[TokenId]|list[list[TokenId]]|None = None
+    prompt_embeds: bytes|list[bytes]|None = None     # vLLM (--enable-prompt-embeds): base64 of torch.save'd (tokens, hidden) tensors
     max_tokens: int|None = 16
     logprobs: int|None = None
     echo: bool = False
     best_of: int|None = None
     suffix: str|None = None
     add_special_tokens: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_completion(cls, data):
+        "vLLM's: a prompt or embeddings; logprobs a count or -1; null max_tokens means the default."
+        if not isinstance(data, dict): return data
+        prompt, embeds = data.get("prompt"), data.get("prompt_embeds")
+        if (prompt is None or prompt == "") and (embeds is None or embeds == []):
+            _refuse("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
+        if (lp := _int_field(data, "logprobs")) is not None and lp < 0 and lp != -1: _refuse("`logprobs` must be a positive value or -1.", "logprobs")
+        if data.get("use_beam_search") and data.get("echo") and lp is not None:
+            _refuse("`echo` with `logprobs` is not supported with beam search because beam search does not compute prompt logprobs.", "echo")
+        if "max_tokens" in data and data["max_tokens"] is None: data = data | {"max_tokens": 16}
+        return data
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[dict[str, Any]]
@@ -179,17 +247,42 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[dict[str, Any]]|None = None
     tool_choice: str|dict[str, Any]|None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _check_chat(cls, data):
+        "vLLM's: top_logprobs a count or -1, and only with logprobs; not both continue_final_message and add_generation_prompt."
+        if not isinstance(data, dict): return data
+        if (top := _int_field(data, "top_logprobs")) is not None:
+            if top < 0 and top != -1: _refuse("`top_logprobs` must be a positive value or -1.", "top_logprobs")
+            if (top == -1 or top > 0) and not data.get("logprobs"): _refuse("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
+        if data.get("continue_final_message") and data.get("add_generation_prompt", True):
+            _refuse("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+        return data
+
 class TokenizeRequest(OpenAIBaseModel):
+    "vLLM's two /tokenize bodies in one: a `prompt`, or chat `messages` (rendered with the chat template)."
     model: str|None = None
     prompt: str|None = None
     messages: list[dict[str, Any]]|None = None
-    add_special_tokens: bool = True
+    add_special_tokens: bool|None = None     # vLLM: True for a prompt, False for messages (the template adds them)
     add_generation_prompt: bool = True
-    return_token_strs: bool = False
+    continue_final_message: bool = False
+    chat_template: str|None = None
+    chat_template_kwargs: dict[str, Any]|None = None
+    tools: list[dict[str, Any]]|None = None
+    return_token_strs: bool|None = False
+    truncate_prompt_tokens: Annotated[int, Field(ge=-1, le=_INT64_MAX)]|None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_tokenize(cls, data):
+        if isinstance(data, dict) and data.get("messages") is not None and data.get("continue_final_message") and data.get("add_generation_prompt", True):
+            _refuse("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+        return data
 
 class DetokenizeRequest(OpenAIBaseModel):
     model: str|None = None
-    tokens: list[int]
+    tokens: list[Annotated[int, Field(ge=0, le=_INT64_MAX)]]
 
 # %% ../nbs/16_server.ipynb #d2b4813b
 class JsonSchemaResponseFormat(BaseModel):
@@ -241,35 +334,75 @@ def raise_on_engine_error(out):
 _FIELDS = set(CompletionRequest.model_fields) | set(ChatCompletionRequest.model_fields)
 
 def bad_request(e:Exception) -> APIError:
-    "A ValueError from validation as a 400; `param` is the field its message starts with, if any."
+    "A ValueError from validation as a 400; `param` is a VLLMValidationError's parameter, or the field a plain ValueError's message starts with."
     msg = str(e)
-    first = msg.split(" ", 1)[0].strip(":,")
-    return APIError(msg, 400, "BadRequestError", first if first in _FIELDS else None)
+    first = msg.split(" ", 1)[0].strip(":,`")
+    param = e.parameter if isinstance(e, VLLMValidationError) else first if first in _FIELDS else None  # vLLM's: only where it names one
+    return APIError(msg, 400, "BadRequestError", param)
+
+def logit_bias_ids(bias:dict|None) -> dict[int, float]|None:
+    "logit_bias with integer keys, clamped to [-100, 100] as vLLM does; VLLMValidationError naming the keys that are not integers."
+    if not bias: return None
+    if bad := [k for k in bias if not re.fullmatch(r"\s*[-+]?\d+\s*", str(k))]:
+        raise VLLMValidationError(f"logit_bias contains key(s) that cannot be converted to integer token IDs: {bad!r}", parameter="logit_bias", value=bad)
+    return {int(k): min(100.0, max(-100.0, v)) for k, v in bias.items()}
 
 def to_sampling_params(req:SamplingFields, max_tokens:int|None, logprobs:int|None, stream:bool) -> SamplingParams:
     "The SamplingParams of a request (ValueError for a bad value)."
-    try: bias = {int(k): min(100.0, max(-100.0, v)) for k, v in req.logit_bias.items()} if req.logit_bias else None  # vLLM clamps
-    except ValueError: raise ValueError("logit_bias keys must be token ids (integers as strings)") from None
     return SamplingParams(
-        n=req.n, presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+        n=req.n, presence_penalty=req.presence_penalty or 0.0, frequency_penalty=req.frequency_penalty or 0.0,
         repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
         temperature=1.0 if req.temperature is None else req.temperature, top_p=1.0 if req.top_p is None else req.top_p,
         top_k=0 if req.top_k is None else req.top_k, min_p=0.0 if req.min_p is None else req.min_p, seed=req.seed,
         stop=req.stop, stop_token_ids=req.stop_token_ids, bad_words=req.bad_words, ignore_eos=req.ignore_eos,
         max_tokens=max_tokens, min_tokens=req.min_tokens, logprobs=logprobs, prompt_logprobs=req.prompt_logprobs,
         skip_special_tokens=req.skip_special_tokens, spaces_between_special_tokens=req.spaces_between_special_tokens,
-        include_stop_str_in_output=req.include_stop_str_in_output, logit_bias=bias, allowed_token_ids=req.allowed_token_ids,
+        include_stop_str_in_output=req.include_stop_str_in_output, logit_bias=logit_bias_ids(req.logit_bias), allowed_token_ids=req.allowed_token_ids,
         output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY, structured_outputs=structured_outputs_from_request(req))
 
 # %% ../nbs/16_server.ipynb #96d730b3
+def max_chars_per_token(tokenizer) -> int:
+    "The most characters one token can decode to: the longest vocabulary entry (a byte-level token is at least as long as its text)."
+    return max(map(len, tokenizer.get_vocab()))
+
+def check_text_length(n_chars:int, max_model_len:int, max_chars:int):
+    "vLLM's renderer: refuse, before tokenizing, a text too long to fit in any tokenization."
+    if n_chars > (limit := max_model_len * max_chars):
+        raise invalid(f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains {n_chars} characters "
+                      f"(more than {limit} characters, which is the upper bound for {max_model_len} input tokens). "
+                      f"Please reduce the length of the input prompt.", "input_text", n_chars)
+
+def check_truncation(truncate:int|None, max_model_len:int) -> int|None:
+    "How many prompt tokens truncation keeps (None: no truncation; -1 is max_model_len - 1)."
+    if truncate is None: return None
+    if truncate > max_model_len:
+        raise invalid(f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len = {max_model_len}. "
+                      f"Please request a smaller truncation size.", "truncate_prompt_tokens", truncate)
+    return max_model_len - 1 if truncate == -1 else truncate
+
+def truncate_ids(ids:list[int], keep:int|None, side:str|None=None) -> list[int]:
+    "The prompt ids truncation keeps: the last `keep` (side left, vLLM's default for generation) or the first (right)."
+    if keep is None or keep >= len(ids): return ids
+    if keep == 0: return []
+    return ids[:keep] if side == "right" else ids[-keep:]
+
+def check_max_tokens(max_tokens:int|None, max_model_len:int, tokens_field:str):
+    "vLLM's renderer refuses a max_tokens above the context length itself (a smaller one is capped later)."
+    if max_tokens is not None and max_tokens > max_model_len:
+        raise invalid(f"{tokens_field}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+                      f"Please request fewer output tokens.", tokens_field, max_tokens)
+
 def check_length(prompt_len:int, max_tokens:int|None, max_model_len:int, input_name:str, tokens_field:str) -> int:
     "The max_tokens to use: capped to the room left, as vLLM 0.32 does; APIError if the prompt leaves no room."
-    if max_tokens is not None and max_tokens > max_model_len:  # vLLM's renderer refuses only this
-        raise APIError(f"{tokens_field}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
-                       f"Please request fewer output tokens.", param=tokens_field)
-    if prompt_len >= max_model_len:
-        raise APIError(f"This model's maximum context length is {max_model_len} tokens. However, your request has {prompt_len} "
-                       f"input tokens. Please reduce the length of the input {input_name}.", param=input_name)
+    check_max_tokens(max_tokens, max_model_len, tokens_field)
+    if prompt_len > max_model_len:
+        raise invalid(f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains {prompt_len} "
+                      f"input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt.",
+                      "input_tokens", prompt_len)
+    if prompt_len == max_model_len:
+        raise APIError(f"The decoder prompt (length {prompt_len}) plus the number of requested output tokens (at least 1) is longer than "
+                       f"the maximum model length of {max_model_len}. Make sure that `max_model_len` is no smaller than the number of "
+                       f"text tokens (prompt + requested output tokens).", param=input_name)
     return max_model_len - prompt_len if max_tokens is None else min(max_tokens, max_model_len - prompt_len)
 
 # %% ../nbs/16_server.ipynb #fa79fad2
@@ -278,14 +411,18 @@ class ServerLimits:
     "What one request may ask for; each field is a `litevllm serve` flag (`--max-n` ...)."
     max_request_body_bytes: int = 32 * 2**20  # bytes of the request body (413 before parsing)
     max_n: int = 16                           # sequences per request: n × prompts (and at most half of --max-num-seqs)
-    max_tokens_limit: int = 4096              # max_tokens / max_completion_tokens (the context length bounds them too)
+    max_tokens_limit: int|None = None         # a cap on max_tokens / max_completion_tokens; none by default (vLLM caps by the context left)
     max_stop_strings: int = 16                # entries of `stop`
-    max_stop_string_length: int = 256         # characters of one stop string
+    max_stop_string_length: int = 256         # characters of one stop string (and of one entry of `bad_words`)
     max_logit_bias: int = 1024                # entries of `logit_bias` (vLLM's GPU sampler holds at most 1024)
+    max_bad_words: int = 128                  # entries of `bad_words` (each is matched after every token)
+    max_stop_token_ids: int = 1024            # entries of `stop_token_ids`
+    max_allowed_token_ids: int = 2**18        # entries of `allowed_token_ids` (more than any vocabulary here)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
+            if v is None and f.default is None: continue
             if not isinstance(v, int) or v < 1: raise ValueError(f"{f.name} must be an integer >= 1, got {v!r}")
 
     def n_cap(self, max_num_seqs:int) -> int:
@@ -295,32 +432,48 @@ class ServerLimits:
 def add_limit_args(p:argparse.ArgumentParser):
     "A `--max-...` flag per ServerLimits field, its default in the help."
     for f in dataclasses.fields(ServerLimits):
-        p.add_argument("--" + f.name.replace("_", "-"), type=int, default=f.default, help=f"a request limit (default: {f.default})")
+        p.add_argument("--" + f.name.replace("_", "-"), type=int, default=f.default,
+                       help=f"a request limit (default: {'none' if f.default is None else f.default})")
 
 # %% ../nbs/16_server.ipynb #4ad3f333
 def _over(field:str, what:str, flag:str) -> APIError:
     return APIError(f"{field}: {what} (the server's limit, {flag})", param=field)
 
-def num_prompts(prompt) -> int:
-    "How many prompts a completions `prompt` holds (a string or a list of token ids is one)."
-    if isinstance(prompt, str) or not prompt or all(isinstance(p, int) for p in prompt): return 1
-    return len(prompt)
+def num_prompts(prompt, prompt_embeds=None) -> int:
+    "How many prompts a completions request holds: a string or a list of token ids is one, each `prompt_embeds` entry one more."
+    n = len(prompt_embeds) if isinstance(prompt_embeds, list) else int(prompt_embeds is not None)
+    if prompt is None or prompt == "": return max(n, 1)
+    if isinstance(prompt, str) or not prompt or all(isinstance(p, int) for p in prompt): return n + 1
+    return n + len(prompt)
 
-def check_limits(req:SamplingFields, lim:ServerLimits, max_num_seqs:int, max_logprobs:int, n_prompts:int=1):
+def check_logprobs_limit(field:str, v, max_logprobs:int, vocab_size:int):
+    "vLLM's: -1 is the whole vocabulary; more than --max-logprobs (-1: no limit) is a 400."
+    if not isinstance(v, int) or isinstance(v, bool) or not v: return
+    n, top = (vocab_size if v == -1 else v), (vocab_size if max_logprobs == -1 else max_logprobs)
+    if n > top:
+        kind, param = ("prompt logprobs", field) if field == "prompt_logprobs" else ("sample logprobs", "logprobs")  # chat's top_logprobs is the engine's logprobs
+        raise invalid(f"Requested {kind} of {n}, which is greater than max allowed: {top}", param, n)
+
+def check_limits(req:SamplingFields, lim:ServerLimits, max_num_seqs:int, max_logprobs:int, n_prompts:int=1, vocab_size:int=2**31):
     "APIError (400, `param` the field) for the first limit the request is over."
     if req.n * n_prompts > (cap := lim.n_cap(max_num_seqs)):
         asked = f"n={req.n}" + (f" × {n_prompts} prompts" if n_prompts > 1 else "")
         raise _over("n", f"{asked} asks for {req.n * n_prompts} sequences, more than {cap} per request", f"--max-n {lim.max_n} and half of --max-num-seqs {max_num_seqs}")
     for field in ("max_tokens", "max_completion_tokens"):
-        if (v := getattr(req, field, None)) is not None and v > lim.max_tokens_limit:
+        if lim.max_tokens_limit is not None and (v := getattr(req, field, None)) is not None and v > lim.max_tokens_limit:
             raise _over(field, f"{v} is more than {lim.max_tokens_limit} tokens", f"--max-tokens-limit {lim.max_tokens_limit}")
     stop = [req.stop] if isinstance(req.stop, str) else (req.stop or [])
     if len(stop) > lim.max_stop_strings: raise _over("stop", f"{len(stop)} stop strings, more than {lim.max_stop_strings}", f"--max-stop-strings {lim.max_stop_strings}")
     if long := [s for s in stop if len(s) > lim.max_stop_string_length]:
         raise _over("stop", f"a stop string of {len(long[0])} characters, more than {lim.max_stop_string_length}", f"--max-stop-string-length {lim.max_stop_string_length}")
+    for field, cap, flag in (("bad_words", lim.max_bad_words, "--max-bad-words"), ("stop_token_ids", lim.max_stop_token_ids, "--max-stop-token-ids"),
+                             ("allowed_token_ids", lim.max_allowed_token_ids, "--max-allowed-token-ids")):
+        if len(v := getattr(req, field) or []) > cap: raise _over(field, f"{len(v)} entries, more than {cap}", f"{flag} {cap}")
+    if long := [s for s in (req.bad_words or []) if len(s) > lim.max_stop_string_length]:
+        raise _over("bad_words", f"a bad word of {len(long[0])} characters, more than {lim.max_stop_string_length}", f"--max-stop-string-length {lim.max_stop_string_length}")
     for field in ("logprobs", "top_logprobs", "prompt_logprobs"):
-        if isinstance(v := getattr(req, field, None), int) and not isinstance(v, bool) and v > max_logprobs:
-            raise _over(field, f"{v} is more than {max_logprobs}", f"--max-logprobs {max_logprobs}")
+        if field == "logprobs" and isinstance(req, ChatCompletionRequest): continue  # chat's is a bool: top_logprobs counts
+        check_logprobs_limit(field, getattr(req, field, None), max_logprobs, vocab_size)
     if bias := req.logit_bias:
         if len(bias) > lim.max_logit_bias: raise _over("logit_bias", f"{len(bias)} entries, more than {lim.max_logit_bias}", f"--max-logit-bias {lim.max_logit_bias}")
         if bad := [k for k, v in bias.items() if not math.isfinite(v)]:
@@ -329,28 +482,43 @@ def check_limits(req:SamplingFields, lim:ServerLimits, max_num_seqs:int, max_log
 # %% ../nbs/16_server.ipynb #1c7949f4
 def _lp(x:float) -> float: return max(x, -9999.0)
 
-def _tok(tokenizer, tid:int, lp) -> str: return lp.decoded_token if lp.decoded_token is not None else tokenizer.decode([tid])
+def _tok(tokenizer, tid:int, lp, as_id:bool=False) -> str:
+    "A token as the logprobs show it: its text, or `token_id:N` (vLLM's return_tokens_as_token_ids)."
+    if as_id: return f"token_id:{tid}"
+    return lp.decoded_token if lp is not None and lp.decoded_token is not None else tokenizer.decode([tid])
 
-def completion_logprobs(tokenizer, token_ids:list[int], logprobs:list[dict], offset:int) -> tuple[dict, int]:
+def completion_logprobs(tokenizer, token_ids:list[int], logprobs:list[dict], offset:int, as_ids:bool=False) -> tuple[dict, int]:
     "OpenAI completions logprobs for these tokens, text offsets starting at `offset`; and the offset after them."
     res = dict(tokens=[], token_logprobs=[], top_logprobs=[], text_offset=[])
     for tid, d in zip(token_ids, logprobs):
-        t = _tok(tokenizer, tid, d[tid])
+        t = _tok(tokenizer, tid, d[tid], as_ids)
         res["tokens"].append(t); res["token_logprobs"].append(_lp(d[tid].logprob))
-        res["top_logprobs"].append({_tok(tokenizer, i, lp): _lp(lp.logprob) for i, lp in d.items()})
+        res["top_logprobs"].append({_tok(tokenizer, i, lp, as_ids): _lp(lp.logprob) for i, lp in d.items()})
         res["text_offset"].append(offset); offset += len(t)
     return res, offset
 
-def chat_logprobs(tokenizer, token_ids:list[int], logprobs:list[dict], top_n:int) -> dict:
-    "OpenAI chat logprobs: {'content': [{token, logprob, bytes, top_logprobs}]}."
-    def entry(tid, lp): t = _tok(tokenizer, tid, lp); return dict(token=t, logprob=_lp(lp.logprob), bytes=list(t.encode("utf-8")))
+def chat_logprobs(tokenizer, token_ids:list[int], logprobs:list[dict], top_n:int, as_ids:bool=False) -> dict:
+    "OpenAI chat logprobs: {'content': [{token, logprob, bytes, top_logprobs}]} (top_n -1: all the engine returned)."
+    def entry(tid, lp): t = _tok(tokenizer, tid, lp, as_ids); return dict(token=t, logprob=_lp(lp.logprob), bytes=list(t.encode("utf-8", errors="replace")))
     content = []
     for tid, d in zip(token_ids, logprobs):
-        top = sorted(((i, lp) for i, lp in d.items() if lp.rank is not None and lp.rank <= top_n), key=lambda x: x[1].rank)
-        content.append(entry(tid, d[tid]) | dict(top_logprobs=[entry(i, lp) for i, lp in top]))
+        top = sorted(((i, lp) for i, lp in d.items() if lp.rank is not None and (top_n == -1 or lp.rank <= top_n)), key=lambda x: x[1].rank)
+        e = entry(tid, d[tid])
+        if as_ids: e["bytes"] = None if d[tid].decoded_token is None else list(d[tid].decoded_token.encode("utf-8", errors="replace"))  # vLLM: the text's bytes
+        content.append(e | dict(top_logprobs=[entry(i, lp) for i, lp in top]))
     return {"content": content}
 
 # %% ../nbs/16_server.ipynb #c8961460
+@dataclasses.dataclass
+class ServerOptions:
+    "vLLM's front-end switches (each a `litevllm serve` flag of the same name)."
+    enable_prompt_tokens_details: bool = False     # usage.prompt_tokens_details.cached_tokens
+    enable_force_include_usage: bool = False       # every stream carries usage, as if include_usage and continuous_usage_stats
+    return_tokens_as_token_ids: bool = False       # logprob tokens as "token_id:N" unless the request says otherwise
+    enable_tokenizer_info_endpoint: bool = False   # GET /tokenizer_info
+    enable_server_load_tracking: bool = False      # GET /load: requests being served
+    trust_request_chat_template: bool = False      # render a chat template sent in a request
+
 @dataclasses.dataclass
 class ServerState:
     engine: AsyncLLM
@@ -359,17 +527,36 @@ class ServerState:
     tokenizer: Any
     max_model_len: int
     limits: ServerLimits = dataclasses.field(default_factory=ServerLimits)
-    trust_request_chat_template: bool = False
+    options: ServerOptions = dataclasses.field(default_factory=ServerOptions)
     pool: ThreadPoolExecutor|None = None   # tokenizing, chat templates, detokenizing: off the event loop
     draining: bool = False                 # SIGTERM: new requests get 503
     in_flight: int = 0                     # HTTP requests being answered
+    server_load: int = 0                   # generation requests being served (GET /load)
+    max_chars_per_token: int = 0           # the longest vocabulary entry: bounds a text's tokens before tokenizing
+    vocab_size: int = 0
+    system_fingerprint: str|None = None    # on a stream's last chunk and in full responses, as vLLM
+
+    def __post_init__(self):
+        self.max_chars_per_token = self.max_chars_per_token or max_chars_per_token(self.tokenizer)
+        self.vocab_size = self.vocab_size or self.engine.engine.input_processor.vocab_size
+
+    @property
+    def trust_request_chat_template(self) -> bool: return self.options.trust_request_chat_template
 
     def check_model(self, name:str|None) -> str:
         "The model name to answer with; 404 for a model this server does not serve."
         if name is None: return self.served_model_names[0]
         if name not in self.accepted_names:
-            raise APIError(f"The model `{name}` does not exist.", 404, "NotFoundError", "model")
+            raise APIError(f"The model `{name}` does not exist. Valid aliases: {', '.join(self.served_model_names)}.", 404, "NotFoundError", "model")
         return name
+
+    def as_ids(self, req) -> bool:
+        "vLLM's return_tokens_as_token_ids: the request's choice, else the server's flag."
+        return self.options.return_tokens_as_token_ids if req.return_tokens_as_token_ids is None else bool(req.return_tokens_as_token_ids)
+
+    def num_logprobs(self, n:int|None) -> int|None:
+        "vLLM's -1: the whole vocabulary."
+        return self.vocab_size if n == -1 else n
 
 def default_served_names(model:str|None) -> list[str]:
     return [DEFAULT_MODEL_NAME] if model is None or model in (DEFAULT_MODEL_NAME, f"HuggingFaceTB/{DEFAULT_MODEL_NAME}") else [model]
@@ -385,7 +572,7 @@ async def run_in_pool(self:ServerState, fn, *args):
 def check_request(self:ServerState, req:SamplingFields, n_prompts:int=1):
     "The cheap checks, on the loop before any tokenizing: limits and (chat) the request's template."
     c = self.engine.vllm_config
-    check_limits(req, self.limits, c.max_num_seqs, c.max_logprobs, n_prompts)
+    check_limits(req, self.limits, c.max_num_seqs, c.max_logprobs, n_prompts, self.vocab_size)
     if isinstance(req, ChatCompletionRequest): check_chat_template(req, self.trust_request_chat_template)
 
 # %% ../nbs/16_server.ipynb #4bb19d2f
@@ -477,9 +664,27 @@ def _error_obj(e:Exception) -> dict:
     status = getattr(e, "status", None) or (400 if isinstance(e, ValueError) else 500)
     return {"error": {"message": str(e), "type": _STATUS_TYPES[status], "param": None, "code": status}}
 
-def usage(prompt_tokens:int, completion_tokens:int) -> dict:
-    return dict(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens,
-                prompt_tokens_details=None, completion_tokens_details=None)  # OpenAI's fields, null as in vLLM by default
+def usage(prompt_tokens:int, completion_tokens:int, cached_tokens:int|None=None, chat:bool=False) -> dict:
+    "vLLM's usage object in a full response: details null unless `--enable-prompt-tokens-details` (then cached_tokens)."
+    details = None if cached_tokens is None else prompt_tokens_details(cached_tokens, chat)
+    return dict(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens + completion_tokens, completion_tokens=completion_tokens,
+                prompt_tokens_details=details, completion_tokens_details=None)
+
+def prompt_tokens_details(cached_tokens:int, chat:bool=False) -> dict:
+    "vLLM's: chat also counts the tokens that created cache entries (none here: 0), completions leave it null."
+    return dict(cached_tokens=cached_tokens, created_cache_tokens=0 if chat else None, multimodal_tokens=None)
+
+def stream_usage(prompt_tokens:int, completion_tokens:int, cached_tokens:int|None=None, chat:bool=False) -> dict:
+    "The usage of a stream's chunks: only the counts set (vLLM dumps them with exclude_unset / exclude_none)."
+    u = dict(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens + completion_tokens, completion_tokens=completion_tokens)
+    if cached_tokens is not None: u["prompt_tokens_details"] = dict(cached_tokens=cached_tokens) | (dict(created_cache_tokens=0) if chat else {})
+    return u
+
+def should_include_usage(opts:StreamOptions|None, force:bool) -> tuple[bool, bool]:
+    "(a usage chunk at the end, usage in every chunk): vLLM's rule; `--enable-force-include-usage` turns both on."
+    if force: return True, True
+    if not opts: return False, False
+    return bool(opts.include_usage), bool(opts.include_usage) and bool(opts.continuous_usage_stats)
 
 # %% ../nbs/16_server.ipynb #206a7a4d
 def prompt_logprobs_json(plp) -> list|None:
@@ -492,32 +697,32 @@ def vllm_choice_extras(req, out, c) -> dict:
     "A completions choice's vLLM fields: token ids when asked, prompt logprobs."
     ask = bool(req.return_token_ids)
     return dict(token_ids=list(c.token_ids) if ask else None, prompt_logprobs=prompt_logprobs_json(out.prompt_logprobs),
-                prompt_token_ids=list(out.prompt_token_ids) if ask else None)
+                prompt_token_ids=list(out.prompt_token_ids) if ask else None, routed_experts=None)
 
 def chat_message(text:str) -> dict:
     "An assistant message as vLLM writes it: OpenAI's null fields, no empty tool_calls."
     return dict(role="assistant", content=text, refusal=None, annotations=None, audio=None, function_call=None, reasoning=None)
 
-def check_prompt_logprobs(req):
-    "vLLM: prompt logprobs are not streamed."
-    if req.prompt_logprobs is not None and req.stream and (req.prompt_logprobs > 0 or req.prompt_logprobs == -1):
-        raise APIError("`prompt_logprobs` are not available when `stream=True`.", param="prompt_logprobs")
-
 def echo_choice(st, req, ch:dict, out, c, prompt_text:str):
     "Put the prompt in front of a completions choice (and its logprobs in front of the choice's logprobs)."
     ch["text"] = prompt_text + ch["text"]
     if req.logprobs is None or out.prompt_logprobs is None or c.logprobs is None: return
-    ids = list(out.prompt_token_ids) + list(c.token_ids)
-    lps = list(out.prompt_logprobs) + list(c.logprobs)
+    ids, lps, as_ids = list(out.prompt_token_ids) + list(c.token_ids), list(out.prompt_logprobs) + list(c.logprobs), st.as_ids(req)
     res, offset = dict(tokens=[], token_logprobs=[], top_logprobs=[], text_offset=[]), 0
     for tid, d in zip(ids, lps):
-        if d is None: t, lp, top = st.tokenizer.decode([tid]), None, None  # the first prompt token has no logprob
+        if d is None: t, lp, top = _tok(st.tokenizer, tid, None, as_ids), None, None  # the first prompt token has no logprob
         else:
-            t = _tok(st.tokenizer, tid, d[tid]); lp = _lp(d[tid].logprob)
-            top = {_tok(st.tokenizer, i, x): _lp(x.logprob) for i, x in d.items()}
+            t = _tok(st.tokenizer, tid, d[tid], as_ids); lp = _lp(d[tid].logprob)
+            top = {_tok(st.tokenizer, i, x, as_ids): _lp(x.logprob) for i, x in d.items()}
         res["tokens"].append(t); res["token_logprobs"].append(lp); res["top_logprobs"].append(top)
         res["text_offset"].append(offset); offset += len(t)
     ch["logprobs"] = res
+
+def beam_search_params(req:SamplingFields, params:SamplingParams) -> BeamSearchParams:
+    "vLLM's use_beam_search: n beams, the request's max_tokens (already capped), temperature, length penalty."
+    return BeamSearchParams(beam_width=req.n, max_tokens=params.max_tokens, ignore_eos=req.ignore_eos,
+                            temperature=1.0 if req.temperature is None else req.temperature, length_penalty=req.length_penalty,
+                            include_stop_str_in_output=req.include_stop_str_in_output, skip_special_tokens=req.skip_special_tokens)
 
 def check_tool_choice(req) -> list[dict]|None:
     "vLLM without a tool parser: `tools` with tool_choice auto (the default) or required is a 400; 'none' renders them."
@@ -534,44 +739,94 @@ def check_tool_choice(req) -> list[dict]|None:
 
 # %% ../nbs/16_server.ipynb #0c031a54
 def _prompts(prompt) -> list[str|list[int]]:
+    if prompt is None or prompt == "": return []
     if isinstance(prompt, str): return [prompt]
     if not prompt: raise APIError("prompt must not be empty", param="prompt")
     if all(isinstance(p, int) for p in prompt): return [prompt]
     return list(prompt)
 
+def load_prompt_embeds(st:ServerState, data:bytes|str) -> torch.Tensor:
+    "vLLM's rules for `prompt_embeds`: base64 of a `torch.save`d float tensor (tokens, hidden) (or (1, tokens, hidden)), loaded safely."
+    if not getattr(st.engine.vllm_config.args, "enable_prompt_embeds", False):
+        raise invalid("You must set `--enable-prompt-embeds` to input `prompt_embeds`.", "prompt_embeds")
+    try: payload = base64.b64decode(data, validate=True)
+    except (ValueError, TypeError): raise APIError("Non-base64 digit found") from None  # what vLLM's (pybase64's) strict decode says
+    try: t = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")  # weights_only: no code runs from the bytes
+    except Exception as e:
+        raise invalid(f"`prompt_embeds` could not be deserialized as a torch tensor: {str(e).strip()[:200] or type(e).__name__}", "prompt_embeds") from None
+    if not isinstance(t, torch.Tensor): raise invalid(f"`prompt_embeds` must be a tensor, got {type(t).__name__}", "prompt_embeds")
+    if t.is_sparse: t = t.to_dense()
+    if t.dim() > 2: t = t.squeeze(0)
+    if t.dim() != 2:
+        raise invalid(f"`prompt_embeds` must be a 2D tensor of shape (num_tokens, hidden_size); got shape {tuple(t.shape)}.", "prompt_embeds")
+    if t.shape[1] != (hidden := st.engine.vllm_config.hf_config.hidden_size):
+        raise invalid(f"`prompt_embeds` hidden_size {t.shape[1]} does not match the model's hidden_size {hidden}.", "prompt_embeds")
+    if not t.is_floating_point():
+        raise invalid(f"`prompt_embeds` dtype {t.dtype} is not a floating-point type, cannot safely cast to the model's dtype "
+                       f"{st.engine.vllm_config.dtype}.", "prompt_embeds")
+    return t.to(st.engine.vllm_config.dtype)
+
+def tokenize_prompt(st:ServerState, text:str, add_special_tokens:bool, keep:int|None, side:str|None) -> tuple[list[int], bool]:
+    "A text prompt's ids, and whether truncation cut them: refused on its length before tokenizing unless truncation asks for it."
+    limit = st.max_model_len * st.max_chars_per_token
+    if keep is None: check_text_length(len(text), st.max_model_len, st.max_chars_per_token)
+    elif len(text) > limit: text = text[:limit] if side == "right" else text[-limit:]  # no more text than the kept tokens can hold
+    ids = st.tokenizer(text, add_special_tokens=add_special_tokens).input_ids
+    return truncate_ids(ids, keep, side), len(text) > limit or (keep is not None and keep < len(ids))
+
 def prepare_completion(st:ServerState, req:CompletionRequest):
     "[(engine prompt, SamplingParams, prompt text)] for each prompt of a completions request (APIError if invalid)."
-    if req.suffix is not None: raise APIError("suffix is not currently supported", param="suffix")
-    if req.stream_options is not None and not req.stream: raise APIError("Stream options can only be defined when `stream=True`.", param="stream_options")
-    check_prompt_logprobs(req)
-    try: base = to_sampling_params(req, req.max_tokens, req.logprobs, req.stream)
+    if req.suffix is not None: raise APIError("suffix is only supported for models with FIM completion rendering", param="suffix")
+    if req.prompt_embeds is not None and req.echo: raise APIError("Echo is unsupported with prompt embeds.")
+    check_max_tokens(req.max_tokens, st.max_model_len, "max_tokens")
+    keep, side = check_truncation(req.truncate_prompt_tokens, st.max_model_len), req.truncation_side
+    sreq = req.model_copy(update=dict(n=1)) if req.use_beam_search else req  # beam search: n is the beam width, not samples
+    try: base = to_sampling_params(sreq, req.max_tokens, st.num_logprobs(req.logprobs), req.stream)
     except ValueError as e: raise bad_request(e)
-    if req.echo and base.prompt_logprobs is None and req.logprobs is not None: base.prompt_logprobs = req.logprobs  # vLLM: echo's logprobs
+    if req.echo and base.prompt_logprobs is None and req.logprobs is not None: base.prompt_logprobs = base.logprobs  # vLLM: echo's logprobs
+    base.prompt_logprobs = st.num_logprobs(base.prompt_logprobs)
+    embeds = [] if req.prompt_embeds is None else req.prompt_embeds if isinstance(req.prompt_embeds, list) else [req.prompt_embeds]
     res = []
-    for i, p in enumerate(_prompts(req.prompt)):
-        if isinstance(p, str): ids, text = st.tokenizer(p, add_special_tokens=req.add_special_tokens).input_ids, p
-        else: ids, text = list(p), None
+    for i, p in enumerate([load_prompt_embeds(st, e) for e in embeds] + _prompts(req.prompt)):  # vLLM: embeddings first
+        if isinstance(p, torch.Tensor):
+            kept = p if keep is None or keep >= len(p) else p[:keep] if side == "right" else p[len(p) - keep:]
+            prompt, text, n = {"prompt_embeds": kept}, "", len(kept)
+        else:
+            if isinstance(p, str): ids, cut = tokenize_prompt(st, p, req.add_special_tokens, keep, side)
+            else: ids = truncate_ids(list(p), keep, side); cut = len(ids) < len(p)
+            text = p if isinstance(p, str) and not cut else st.tokenizer.decode(ids)
+            prompt, n = {"prompt_token_ids": ids} | ({"prompt": p} if isinstance(p, str) and not cut else {}), len(ids)
+        if req.cache_salt is not None: prompt["cache_salt"] = req.cache_salt
         params = base.clone()
-        params.max_tokens = check_length(len(ids), req.max_tokens, st.max_model_len, "prompt", "max_tokens")
-        prompt = {"prompt_token_ids": ids} | ({"prompt": text} if text is not None else {})
+        params.max_tokens = check_length(n, req.max_tokens, st.max_model_len, "prompt", "max_tokens")
         try: st.engine.engine.input_processor.process_inputs(f"check-{i}", prompt, params, priority=req.priority)
         except ValueError as e: raise bad_request(e)
-        res.append((prompt, params, text if text is not None else st.tokenizer.decode(ids)))
+        res.append((prompt, params, text))
     return res
 
 # %% ../nbs/16_server.ipynb #126210a9
+def _cached(st, out) -> int|None:
+    return out.num_cached_tokens if st.options.enable_prompt_tokens_details else None
+
 def _completion_choice(st, req, out, c, index, text_offset=0):
     lps = None
-    if req.logprobs is not None and c.logprobs is not None: lps, _ = completion_logprobs(st.tokenizer, c.token_ids, c.logprobs, text_offset)
+    if req.logprobs is not None and c.logprobs is not None:
+        lps, _ = completion_logprobs(st.tokenizer, c.token_ids, c.logprobs, text_offset, st.as_ids(req))
     return dict(index=index, text=c.text, logprobs=lps, finish_reason=c.finish_reason, stop_reason=c.stop_reason) | vllm_choice_extras(req, out, c)
 
+def _outputs(st, req, prompt, params, rid:str):
+    "The engine's outputs for one prompt: generation, or (use_beam_search) beam search, whose one output holds the beams."
+    if req.use_beam_search: return st.engine.beam_search(prompt, rid, beam_search_params(req, params))
+    return st.engine.generate(prompt, params, rid, priority=req.priority)
+
+async def _final(st, req, prompt, params, rid:str):
+    final = None
+    async for out in _outputs(st, req, prompt, params, rid): final = out
+    raise_on_engine_error(final)
+    return final
+
 async def completion_full(st:ServerState, req:CompletionRequest, prepared, rid:str, model:str) -> dict:
-    async def one(i, prompt, params):
-        final = None
-        async for out in st.engine.generate(prompt, params, f"{rid}-{i}", priority=req.priority): final = out
-        raise_on_engine_error(final)
-        return final
-    finals = await asyncio.gather(*[one(i, p, sp) for i, (p, sp, _) in enumerate(prepared)])
+    finals = await asyncio.gather(*[_final(st, req, p, sp, f"{rid}-{i}") for i, (p, sp, _) in enumerate(prepared)])
     choices, n_prompt, n_gen = [], 0, 0
     for i, (out, (_, _, text)) in enumerate(zip(finals, prepared)):
         n_prompt += len(out.prompt_token_ids)
@@ -581,35 +836,40 @@ async def completion_full(st:ServerState, req:CompletionRequest, prepared, rid:s
             if req.echo: echo_choice(st, req, ch, out, c, text)
             choices.append(ch)
     return dict(id=rid, object="text_completion", created=int(time.time()), model=model, choices=choices, service_tier=None,
-                system_fingerprint=None, usage=usage(n_prompt, n_gen))
+                system_fingerprint=st.system_fingerprint, usage=usage(n_prompt, n_gen, _cached(st, finals[0])),
+                kv_transfer_params=None, ec_transfer_params=None, metrics=None)
 
 async def completion_stream(st:ServerState, req:CompletionRequest, prepared, rid:str, model:str):
-    created, opts = int(time.time()), req.stream_options
-    include_usage = bool(opts and opts.include_usage)
-    continuous = include_usage and bool(opts.continuous_usage_stats)
-    n_prompt, n_gen, offsets, echoed, lp_echoed = {}, {}, {}, set(), set()
-    gens = [st.engine.generate(p, sp, f"{rid}-{i}", priority=req.priority) for i, (p, sp, _) in enumerate(prepared)]
+    "vLLM's completion stream: a chunk per choice per step, the prompt (echo) or its ids in a choice's first chunk, then usage."
+    created = int(time.time())
+    include_usage, continuous = should_include_usage(req.stream_options, st.options.enable_force_include_usage)
+    n_prompt, n_gen, offsets, started, cached = {}, {}, {}, set(), None
+    gens = [_outputs(st, req, p, sp, f"{rid}-{i}") for i, (p, sp, _) in enumerate(prepared)]
     try:
         async for i, out in merge_async_iterators(*gens):
             n_prompt[i] = len(out.prompt_token_ids)
+            if cached is None: cached = out.num_cached_tokens
             for c in out.outputs:
-                idx = i * req.n + c.index
+                raise_on_engine_error(out)
+                idx, prompt_ids, echo = i * req.n + c.index, None, None
+                if idx not in started and (req.echo or req.return_token_ids):
+                    started.add(idx); prompt_ids = list(out.prompt_token_ids)
+                    if req.echo: echo = "" if req.return_token_ids else prepared[i][2]
+                if echo is None and not c.text and not c.token_ids and not n_gen.get(idx): continue  # vLLM: nothing to say yet
                 n_gen[idx] = n_gen.get(idx, 0) + len(c.token_ids)
-                text = c.text
-                if req.echo and idx not in echoed: text, _ = prepared[i][2] + text, echoed.add(idx)
-                if not text and c.finish_reason is None: continue
-                ch = _completion_choice(st, req, out, c, idx, offsets.get(idx, 0))
-                ch["text"] = text
-                ch.pop("prompt_logprobs", None)  # vLLM's stream choices have none (prompt logprobs are not streamed)
-                if req.echo and req.logprobs is not None and idx not in lp_echoed:  # the first chunk: the prompt's logprobs too
-                    lp_echoed.add(idx); echo_choice(st, req, ch, out, c, "")
-                if ch["logprobs"]: offsets[idx] = offsets.get(idx, 0) + sum(map(len, ch["logprobs"]["tokens"]))
+                lps = _completion_choice(st, req, out, c, idx, offsets.get(idx, 0))["logprobs"]
+                ch = dict(index=idx, text=c.text, logprobs=lps, finish_reason=c.finish_reason, stop_reason=c.stop_reason,
+                          prompt_token_ids=prompt_ids, token_ids=list(c.token_ids) if req.return_token_ids else None)
+                if echo is not None: echo_choice(st, req, ch, out, c, echo)  # the prompt (and its logprobs) in front
+                if ch["logprobs"] and ch["logprobs"]["tokens"]: offsets[idx] = ch["logprobs"]["text_offset"][-1] + len(ch["logprobs"]["tokens"][-1])
                 chunk = dict(id=rid, object="text_completion", created=created, model=model, choices=[ch])
-                if continuous: chunk["usage"] = usage(sum(n_prompt.values()), sum(n_gen.values()))  # vLLM: no usage key otherwise
+                if not include_usage and c.finish_reason is not None: chunk["system_fingerprint"] = st.system_fingerprint
+                if continuous: chunk["usage"] = stream_usage(n_prompt[i], n_gen[idx])
                 yield sse(chunk)
         if include_usage:
             yield sse(dict(id=rid, object="text_completion", created=created, model=model, choices=[],
-                           usage=usage(sum(n_prompt.values()), sum(n_gen.values()))))
+                           usage=stream_usage(sum(n_prompt.values()), sum(n_gen.values()), cached if st.options.enable_prompt_tokens_details else None),
+                           system_fingerprint=st.system_fingerprint))
     except (EngineDeadError, EngineGenerateError, ValueError) as e: yield sse(_error_obj(e))
     yield SSE_DONE
 
@@ -628,69 +888,87 @@ def _chat_messages(messages:list[dict]) -> list[dict]:
         res.append(m)
     return res
 
-def prepare_chat(st:ServerState, req:ChatCompletionRequest):
-    "(engine prompt, SamplingParams) for a chat request (APIError if invalid)."
-    if not req.messages: raise APIError("messages must not be empty", param="messages")
-    tools = check_tool_choice(req)
-    if req.stream_options is not None and not req.stream: raise APIError("Stream options can only be defined when `stream=True`.", param="stream_options")
-    if req.top_logprobs is not None:
-        if not req.logprobs: raise APIError("when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs")
-        if not 0 <= req.top_logprobs <= 20: raise APIError(f"top_logprobs must be between 0 and 20, got {req.top_logprobs}", param="top_logprobs")
-    field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    try: params = to_sampling_params(req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None, req.stream)
-    except ValueError as e: raise bad_request(e)
-    kwargs = dict(req.chat_template_kwargs or {})
-    if req.continue_final_message: kwargs["continue_final_message"] = True
-    try: ids = apply_chat_template(st.tokenizer, _chat_messages(req.messages), req.chat_template,
-                                   req.add_generation_prompt and not req.continue_final_message, tools=tools, **kwargs)
+def render_chat(st:ServerState, messages:list[dict], chat_template:str|None, add_generation_prompt:bool, continue_final_message:bool,
+                tools:list[dict]|None, kwargs:dict|None, length_check:bool=True) -> list[int]:
+    "Chat messages as prompt ids, through the chat template; a conversation too long to fit is refused before rendering."
+    if not messages: raise APIError("Cannot apply chat template to an empty conversation. Provide at least one message.")
+    messages = _chat_messages(messages)
+    if length_check: check_text_length(sum(len(m.get("content") or "") for m in messages), st.max_model_len, st.max_chars_per_token)
+    kwargs = dict(kwargs or {})
+    try: return apply_chat_template(st.tokenizer, messages, chat_template, add_generation_prompt, tools=tools,
+                                    continue_final_message=continue_final_message, **kwargs)
     except APIError: raise
     except Exception as e: raise APIError(f"messages: could not apply the chat template: {e}", param="messages")
+
+def prepare_chat(st:ServerState, req:ChatCompletionRequest):
+    "(engine prompt, SamplingParams) for a chat request (APIError if invalid)."
+    tools = check_tool_choice(req)
+    field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    check_max_tokens(max_tokens, st.max_model_len, field)
+    keep = check_truncation(req.truncate_prompt_tokens, st.max_model_len)
+    sreq = req.model_copy(update=dict(n=1)) if req.use_beam_search else req  # beam search: n is the beam width, not samples
+    try: params = to_sampling_params(sreq, max_tokens, st.num_logprobs(req.top_logprobs or 0) if req.logprobs else None, req.stream)
+    except ValueError as e: raise bad_request(e)
+    params.prompt_logprobs = st.num_logprobs(params.prompt_logprobs)
+    ids = render_chat(st, req.messages, req.chat_template, req.add_generation_prompt, req.continue_final_message, tools,
+                      req.chat_template_kwargs, length_check=keep is None)
+    ids = truncate_ids(ids, keep, req.truncation_side)
     params.max_tokens = check_length(len(ids), max_tokens, st.max_model_len, "messages", field)
-    prompt = {"prompt_token_ids": ids, "prompt": st.tokenizer.decode(ids)}
+    prompt = {"prompt_token_ids": ids, "prompt": st.tokenizer.decode(ids)} | ({"cache_salt": req.cache_salt} if req.cache_salt is not None else {})
     try: st.engine.engine.input_processor.process_inputs("check", prompt, params, priority=req.priority)
     except ValueError as e: raise bad_request(e)
     return prompt, params
 
 # %% ../nbs/16_server.ipynb #6a0a053a
 def _chat_lps(st, req, c):
-    return chat_logprobs(st.tokenizer, c.token_ids, c.logprobs, req.top_logprobs or 0) if req.logprobs and c.logprobs is not None else None
+    if not req.logprobs or c.logprobs is None: return None
+    return chat_logprobs(st.tokenizer, c.token_ids, c.logprobs, req.top_logprobs or 0, st.as_ids(req))
 
 async def chat_full(st:ServerState, req:ChatCompletionRequest, prompt, params, rid:str, model:str) -> dict:
-    final = None
-    async for out in st.engine.generate(prompt, params, rid, priority=req.priority): final = out
-    raise_on_engine_error(final)
+    final = await _final(st, req, prompt, params, rid)
     prefix = echo_text(req)
     choices = [dict(index=c.index, message=chat_message(prefix + c.text), logprobs=_chat_lps(st, req, c),
-                    finish_reason=c.finish_reason, stop_reason=c.stop_reason, token_ids=c.token_ids if req.return_token_ids else None)
+                    finish_reason=c.finish_reason, stop_reason=c.stop_reason, token_ids=c.token_ids if req.return_token_ids else None,
+                    routed_experts=None)
                for c in sorted(final.outputs, key=lambda c: c.index)]
     return dict(id=rid, object="chat.completion", created=int(time.time()), model=model, choices=choices, service_tier=None,
-                system_fingerprint=None, usage=usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs)),
+                system_fingerprint=st.system_fingerprint,
+                usage=usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs), _cached(st, final), chat=True),
                 prompt_logprobs=prompt_logprobs_json(final.prompt_logprobs),
-                prompt_token_ids=final.prompt_token_ids if req.return_token_ids else None)
+                prompt_token_ids=final.prompt_token_ids if req.return_token_ids else None, prompt_text=None,
+                kv_transfer_params=None, ec_transfer_params=None, metrics=None)
 
 async def chat_stream(st:ServerState, req:ChatCompletionRequest, prompt, params, rid:str, model:str):
-    created, opts = int(time.time()), req.stream_options
-    include_usage = bool(opts and opts.include_usage)
-    continuous = include_usage and bool(opts.continuous_usage_stats)
-    n_prompt, n_gen = len(prompt["prompt_token_ids"]), {}
-    def chunk(choices, u=None):
-        d = dict(id=rid, object="chat.completion.chunk", created=created, model=model, choices=choices)
-        if u is not None or continuous: d["usage"] = u if u is not None else usage(n_prompt, sum(n_gen.values()))  # vLLM: no usage key otherwise
-        return sse(d)
+    "vLLM's chat stream: the role first, then a delta per step; the finish chunk carries stop_reason; then usage if asked."
+    created = int(time.time())
+    include_usage, continuous = should_include_usage(req.stream_options, st.options.enable_force_include_usage)
+    n_prompt, n_gen, cached, done = len(prompt["prompt_token_ids"]), [0] * req.n, None, set()
+    def chunk(choices, **extra): return sse(dict(id=rid, object="chat.completion.chunk", created=created, model=model, choices=choices) | extra)
+    def cont(i): return dict(prompt_tokens=n_prompt, total_tokens=n_prompt + n_gen[i], completion_tokens=n_gen[i], completion_tokens_details=None)
     try:
-        for i in range(req.n):  # the first chunk of each choice carries the role
-            yield chunk([dict(index=i, delta=dict(role="assistant", content=""), logprobs=None, finish_reason=None)])
-        if prefix := echo_text(req):  # vLLM: echo sends the last assistant message as the first content
-            for i in range(req.n): yield chunk([dict(index=i, delta=dict(content=prefix), logprobs=None, finish_reason=None)])
-        async for out in st.engine.generate(prompt, params, rid, priority=req.priority):
+        async for out in _outputs(st, req, prompt, params, rid):
+            if cached is None:  # the first output: each choice's role chunk (and the echoed message)
+                cached = out.num_cached_tokens
+                for i in range(req.n):
+                    first = dict(prompt_token_ids=list(out.prompt_token_ids) if req.return_token_ids else None, prompt_text=None)
+                    yield chunk([dict(index=i, delta=dict(role="assistant", content=""), logprobs=None, finish_reason=None)],
+                                **first, **(dict(usage=cont(i)) if continuous else {}))
+                if prefix := echo_text(req):
+                    for i in range(req.n):
+                        yield chunk([dict(index=i, delta=dict(content=prefix), logprobs=None, finish_reason=None)], **(dict(usage=cont(i)) if continuous else {}))
             for c in out.outputs:
-                n_gen[c.index] = n_gen.get(c.index, 0) + len(c.token_ids)
-                if not c.text and c.finish_reason is None: continue
-                delta = dict(content=c.text) if c.text else {}
-                yield chunk([dict(index=c.index, delta=delta, logprobs=_chat_lps(st, req, c), finish_reason=c.finish_reason,
-                                  stop_reason=c.stop_reason)])
-        if include_usage: yield chunk([], usage(n_prompt, sum(n_gen.values())))
+                raise_on_engine_error(out)
+                if c.index in done or (not c.text and not c.token_ids and not n_gen[c.index]): continue
+                n_gen[c.index] += len(c.token_ids)
+                ch = dict(index=c.index, delta=dict(content=c.text), logprobs=_chat_lps(st, req, c), finish_reason=c.finish_reason)
+                if c.finish_reason is not None: ch["stop_reason"] = c.stop_reason; done.add(c.index)
+                ch["token_ids"] = list(c.token_ids) if req.return_token_ids else None
+                extra = dict(system_fingerprint=st.system_fingerprint) if not include_usage and c.finish_reason is not None else {}
+                yield chunk([ch], **extra, **(dict(usage=cont(c.index)) if continuous else {}))
+        if include_usage:
+            yield chunk([], usage=stream_usage(n_prompt, sum(n_gen), cached if st.options.enable_prompt_tokens_details else None, chat=True),
+                        system_fingerprint=st.system_fingerprint)
     except (EngineDeadError, EngineGenerateError, ValueError) as e: yield sse(_error_obj(e))
     yield SSE_DONE
 
@@ -708,15 +986,23 @@ def echo_text(req:ChatCompletionRequest) -> str:
     return "\n".join(p.get("text", "") for p in c) if isinstance(c, list) else str(c)
 
 # %% ../nbs/16_server.ipynb #5a879505
+def system_fingerprint(engine:AsyncLLM) -> str:
+    "vLLM's: the engine's version and a short hash of its configuration."
+    c = engine.vllm_config
+    key = f"{c.model_path}|{c.dtype}|{c.max_model_len}|{c.args.seed}"
+    return f"litevllm-{litevllm.__version__}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
 def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:str|None=None, limits:ServerLimits|None=None,
-              trust_request_chat_template:bool=False) -> FastAPI:
+              trust_request_chat_template:bool=False, options:ServerOptions|None=None) -> FastAPI:
     "The OpenAI-compatible app over one AsyncLLM."
     names = served_model_names or default_served_names(engine.vllm_config.args.model)
     accepted = set(names)
     if engine.vllm_config.args.model in (None, DEFAULT_MODEL_NAME, f"HuggingFaceTB/{DEFAULT_MODEL_NAME}"):
         accepted |= {DEFAULT_MODEL_NAME, f"HuggingFaceTB/{DEFAULT_MODEL_NAME}"}
-    st = ServerState(engine, names, accepted, engine.tokenizer, engine.max_model_len, limits or ServerLimits(), trust_request_chat_template,
-                     ThreadPoolExecutor(2, thread_name_prefix="litevllm-tokenize"))
+    options = options or ServerOptions()
+    if trust_request_chat_template: options = dataclasses.replace(options, trust_request_chat_template=True)
+    st = ServerState(engine, names, accepted, engine.tokenizer, engine.max_model_len, limits or ServerLimits(), options,
+                     ThreadPoolExecutor(2, thread_name_prefix="litevllm-tokenize"), system_fingerprint=system_fingerprint(engine))
     app = FastAPI(title="litevllm", version=litevllm.__version__)
     app.state.server = st
 
@@ -727,7 +1013,7 @@ def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:s
     @app.exception_handler(APIError)
     async def _api_error(request, exc): return error_response(exc.message, exc.status, exc.type, exc.param)
 
-    @app.exception_handler(StarletteHTTPException)
+    @app.exception_handler(HTTPException)  # raised by a handler; FastAPI's own 404/405 for unknown routes keep {"detail": ...}
     async def _http_error(request, exc):
         return JSONResponse(http_error_body(exc.status_code, exc.detail), status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
@@ -747,6 +1033,38 @@ def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:s
     _add_routes(app, st)
     return app
 
+# %% ../nbs/16_server.ipynb #ef8288f2
+def model_card(st:ServerState, name:str) -> dict:
+    "vLLM's model card: the local folder as `root`, no parent for a base model, one permission object."
+    now = int(time.time())
+    perm = dict(id=f"modelperm-{uuid.uuid4().hex[:16]}", object="model_permission", created=now, allow_create_engine=False, allow_sampling=True,
+                allow_logprobs=True, allow_search_indices=False, allow_view=True, allow_fine_tuning=False, organization="*", group=None, is_blocking=False)
+    return dict(id=name, object="model", created=now, owned_by="litevllm", root=str(st.engine.vllm_config.model_path), parent=None,
+                max_model_len=st.max_model_len, permission=[perm])
+
+def tokenizer_info(st:ServerState) -> dict:
+    "vLLM's GET /tokenizer_info: the tokenizer's configuration (no file paths), its class and chat template."
+    def plain(x):
+        if hasattr(x, "content"): return x.content  # AddedToken
+        if isinstance(x, dict): return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)): return [plain(v) for v in x]
+        return x if isinstance(x, (str, int, float, bool, type(None))) else str(x)
+    config = {k: v for k, v in (getattr(st.tokenizer, "init_kwargs", None) or {}).items() if k not in ("vocab_file", "merges_file", "tokenizer_file", "name_or_path")}
+    return plain(config) | dict(tokenizer_class=type(st.tokenizer).__name__) | ({"chat_template": st.tokenizer.chat_template} if st.tokenizer.chat_template else {})
+
+@contextlib.asynccontextmanager
+async def tracked_load(st:ServerState):
+    "Count a generation request in GET /load while it is served (`--enable-server-load-tracking`)."
+    if not st.options.enable_server_load_tracking:
+        yield; return
+    st.server_load += 1
+    try: yield
+    finally: st.server_load -= 1
+
+async def _tracked_stream(st, gen):
+    async with tracked_load(st):
+        async for x in gen: yield x
+
 # %% ../nbs/16_server.ipynb #3c56287e
 def _add_routes(app:FastAPI, st:ServerState):
     @app.get("/health")
@@ -756,10 +1074,14 @@ def _add_routes(app:FastAPI, st:ServerState):
         return Response(status_code=200)
 
     @app.get("/ping")
+    @app.post("/ping")
     async def ping(): return await health()
 
     @app.get("/version")
     async def version(): return {"version": litevllm.__version__}
+
+    @app.get("/load")
+    async def load(): return {"server_load": st.server_load}
 
     @app.get("/metrics")
     async def metrics():
@@ -767,39 +1089,63 @@ def _add_routes(app:FastAPI, st:ServerState):
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
-    async def models():
-        card = lambda n: dict(id=n, object="model", created=int(time.time()), owned_by="litevllm", root=str(st.engine.vllm_config.model_path),
-                              parent=None, max_model_len=st.max_model_len)
-        return dict(object="list", data=[card(n) for n in st.served_model_names])
+    async def models(): return dict(object="list", data=[model_card(st, n) for n in st.served_model_names])
 
-    @app.post("/v1/completions")
+    @app.get("/v1/models/{model:path}")
+    async def model(model:str):
+        if model not in st.accepted_names: raise APIError(f"The model `{model}` does not exist.", 404, "NotFoundError", "model")
+        return model_card(st, model)
+
     async def completions(req:CompletionRequest, raw:Request):
         model = st.check_model(req.model)
-        st.check_request(req, num_prompts(req.prompt))
+        st.check_request(req, num_prompts(req.prompt, req.prompt_embeds))
         prepared = await st.run_in_pool(prepare_completion, st, req)
         rid = f"cmpl-{uuid.uuid4().hex}"
-        if req.stream: return StreamingResponse(completion_stream(st, req, prepared, rid, model), media_type="text/event-stream")
-        return JSONResponse(await run_until_disconnect(raw, completion_full(st, req, prepared, rid, model)))
+        if req.stream: return StreamingResponse(_tracked_stream(st, completion_stream(st, req, prepared, rid, model)), media_type="text/event-stream")
+        async with tracked_load(st): return JSONResponse(await run_until_disconnect(raw, completion_full(st, req, prepared, rid, model)))
 
-    @app.post("/v1/chat/completions")
     async def chat_completions(req:ChatCompletionRequest, raw:Request):
         model = st.check_model(req.model)
         st.check_request(req)
         prompt, params = await st.run_in_pool(prepare_chat, st, req)
         rid = f"chatcmpl-{uuid.uuid4().hex}"
-        if req.stream: return StreamingResponse(chat_stream(st, req, prompt, params, rid, model), media_type="text/event-stream")
-        return JSONResponse(await run_until_disconnect(raw, chat_full(st, req, prompt, params, rid, model)))
+        if req.stream: return StreamingResponse(_tracked_stream(st, chat_stream(st, req, prompt, params, rid, model)), media_type="text/event-stream")
+        async with tracked_load(st): return JSONResponse(await run_until_disconnect(raw, chat_full(st, req, prompt, params, rid, model)))
+
+    app.post("/v1/completions")(completions)
+    app.post("/v1/chat/completions")(chat_completions)
+
+    @app.post("/invocations")
+    async def invocations(raw:Request):
+        "vLLM's SageMaker route: the body is tried as a chat completion, then as a completion."
+        try: body = await raw.json()
+        except ValueError as e: raise HTTPException(400, f"JSON decode error: {e}") from None
+        for kind, handler in ((ChatCompletionRequest, chat_completions), (CompletionRequest, completions)):  # vLLM's order
+            try: req = kind.model_validate(body)
+            except ValidationError as e:  # a body of the other kind: try the next; one of this kind with a bad field: its 400
+                if any(isinstance((x.get("ctx") or {}).get("error"), VLLMValidationError) for x in e.errors()): raise RequestValidationError(e.errors()) from None
+                continue
+            return await handler(req, raw)
+        raise APIError("Cannot find suitable handler for request. Expected one of: ['ChatCompletionRequest', 'CompletionRequest']")
+
+    if st.options.enable_tokenizer_info_endpoint:
+        @app.get("/tokenizer_info")
+        async def get_tokenizer_info(): return tokenizer_info(st)
 
     @app.post("/tokenize")
     async def tokenize(req:TokenizeRequest):
         st.check_model(req.model)
         if (req.prompt is None) == (req.messages is None): raise APIError("give exactly one of prompt and messages", param="prompt")
+        keep = check_truncation(req.truncate_prompt_tokens, st.max_model_len)
+        if req.messages is not None: check_chat_template(req, st.trust_request_chat_template)
         def work():
-            if req.prompt is not None: ids = st.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens).input_ids
+            if req.prompt is not None:  # vLLM counts any length here: no context-length check
+                ids = st.tokenizer(req.prompt, add_special_tokens=True if req.add_special_tokens is None else req.add_special_tokens).input_ids
             else:
-                try: ids = apply_chat_template(st.tokenizer, _chat_messages(req.messages), None, req.add_generation_prompt)
-                except APIError: raise
-                except Exception as e: raise APIError(f"messages: could not apply the chat template: {e}", param="messages")
+                ids = render_chat(st, req.messages, req.chat_template, req.add_generation_prompt, req.continue_final_message, req.tools,
+                                  req.chat_template_kwargs, length_check=False)
+                if req.add_special_tokens: ids = st.tokenizer.build_inputs_with_special_tokens(ids)
+            ids = truncate_ids(ids, keep)
             return ids, (st.tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None)
         ids, strs = await st.run_in_pool(work)
         return dict(count=len(ids), max_model_len=st.max_model_len, tokens=ids, token_strs=strs)
@@ -807,9 +1153,8 @@ def _add_routes(app:FastAPI, st:ServerState):
     @app.post("/detokenize")
     async def detokenize(req:DetokenizeRequest):
         st.check_model(req.model)
-        vocab = st.engine.engine.input_processor.vocab_size
-        if bad := [t for t in req.tokens if not 0 <= t < vocab]: raise APIError(f"tokens contains ids outside the vocabulary: {bad[:5]}", param="tokens")
-        return dict(prompt=await st.run_in_pool(st.tokenizer.decode, req.tokens))
+        ids = [t for t in req.tokens if t < st.vocab_size]  # vLLM decodes what it can: an unknown id adds nothing
+        return dict(prompt=await st.run_in_pool(st.tokenizer.decode, ids))
 
 # %% ../nbs/16_server.ipynb #7ac9f443
 class _Server(uvicorn.Server):
@@ -831,11 +1176,13 @@ def threading_main() -> bool:
 def cmd_serve(ns) -> int:
     model = ns.model or ns.model_flag
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(name)s: %(message)s")
+    warn_vllm_noops(ns)
     names = ns.served_model_name or default_served_names(model)
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_kwargs(ns)), served_model_name=names[0],
                                       usage_context="openai_api_server")  # vLLM's server defaults (the step budget on CPU)
     limits = ServerLimits(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerLimits)})
-    app = build_app(engine, names, ns.api_key or os.environ.get("VLLM_API_KEY"), limits, ns.trust_request_chat_template)
+    options = ServerOptions(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerOptions)})
+    app = build_app(engine, names, ns.api_key or os.environ.get("VLLM_API_KEY"), limits, options=options)
     config = uvicorn.Config(app, host=ns.host, port=ns.port, log_level=ns.uvicorn_log_level, access_log=not ns.disable_uvicorn_access_log,
                             timeout_graceful_shutdown=5, timeout_keep_alive=5)  # after our drain: only idle connections are left
     logger.info("litevllm: serving %s on http://%s:%d", names[0], ns.host, ns.port)
@@ -857,10 +1204,12 @@ def add_cli(subparsers):
     p.add_argument("--served-model-name", nargs="+", default=None, help="the name(s) clients use for the model")
     p.add_argument("--uvicorn-log-level", default="info", choices=["critical", "error", "warning", "info", "debug", "trace"])
     p.add_argument("--disable-uvicorn-access-log", action="store_true")
-    p.add_argument("--trust-request-chat-template", action="store_true", help="render a chat template sent in a request (refused by default)")
+    for f in dataclasses.fields(ServerOptions):  # vLLM's front-end switches: --enable-prompt-tokens-details, ...
+        p.add_argument("--" + f.name.replace("_", "-"), action="store_true", help=f"vLLM's {f.name} (off by default)")
     add_limit_args(p)
     p.add_argument("--shutdown-timeout", type=float, default=10.0, help="seconds in-flight requests get to finish on SIGTERM")
     add_engine_args(p)
+    add_vllm_noop_args(p)
     p.set_defaults(func=cmd_serve)
 
 # %% ../nbs/16_server.ipynb #60d80639

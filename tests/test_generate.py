@@ -96,8 +96,8 @@ def test_bad_input_raises_before_anything_runs():
     good = SamplingParams(temperature=0, max_tokens=4)
     for prompts, params, field in [
         (["ok", ""], good, "prompt"),
-        (["ok", {"prompt_token_ids": [1, 2, 10**7]}], good, "prompt_token_ids"),
-        (["ok", "x " * 200], good, "max_model_len"),
+        (["ok", {"prompt_token_ids": [1, 2, 10**7]}], good, "out of vocabulary"),
+        (["ok", "x " * 200], good, "maximum model length of 128"),
         (["ok", "fine"], [good, SamplingParams(logprobs=10**3)], "logprobs"),
         (["ok", 7], good, "prompt"),
     ]:

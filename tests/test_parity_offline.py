@@ -43,11 +43,11 @@ def test_exception_hierarchy():
 
 @pytest.mark.parametrize("kw,param", [(dict(top_p=1.5), "top_p"), (dict(temperature=-0.5), "temperature"),
                                       (dict(max_tokens=0), "max_tokens"), (dict(logprobs=-3), "logprobs"),
-                                      (dict(n=2, temperature=0), "n")])
+                                      (dict(n=2, temperature=0), None)])
 def test_sampling_params_raise_validation_error(kw, param):
     # vLLM's source: SamplingParams._verify_args raises VLLMValidationError for each of these
     with pytest.raises(VLLMValidationError) as ei: SamplingParams(**kw)
-    assert ei.value.parameter == param and param in str(ei.value)
+    assert ei.value.parameter == param and (param is None or param in str(ei.value))  # vLLM names no parameter for greedy n
     if param in kw: assert ei.value.value == kw[param] and f"value={kw[param]}" in str(ei.value)
 
 

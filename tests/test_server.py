@@ -232,10 +232,10 @@ BAD = [  # (name, path, body (None: malformed JSON), headers, status, a word the
     ("malformed-json", "/v1/completions", None, None, 400, "JSON"),
     ("wrong-type-max_tokens", "/v1/completions", OK | dict(max_tokens="ten"), None, 400, "max_tokens"),
     ("wrong-type-temperature", "/v1/completions", OK | dict(temperature="hot"), None, 400, "temperature"),
-    ("wrong-type-stream", "/v1/chat/completions", CHAT_OK | dict(stream="yes"), None, 400, "stream"),
+    ("wrong-type-stream", "/v1/chat/completions", CHAT_OK | dict(stream="maybe"), None, 400, "stream"),  # "yes"/"true" are a bool (lax, as vLLM)
     ("wrong-type-messages", "/v1/chat/completions", CHAT_OK | dict(messages="hi"), None, 400, "messages"),
     ("missing-prompt", "/v1/completions", dict(model=MODEL), None, 400, "prompt"),
-    ("unknown-stream-option", "/v1/completions", OK | dict(stream=True, stream_options={"include_usage": True, "bogus": 1}), None, 400, "bogus"),
+    ("stream-options-without-stream", "/v1/completions", OK | dict(stream_options={"include_usage": True}), None, 400, "stream=True"),
     ("negative-max_tokens", "/v1/completions", OK | dict(max_tokens=-3), None, 400, "max_tokens"),
     ("zero-max_tokens", "/v1/chat/completions", CHAT_OK | dict(max_tokens=0), None, 400, "max_tokens"),
     ("n-0", "/v1/completions", OK | dict(n=0), None, 400, "n"),
@@ -243,10 +243,10 @@ BAD = [  # (name, path, body (None: malformed JSON), headers, status, a word the
     ("top_p-0", "/v1/chat/completions", CHAT_OK | dict(top_p=0.0), None, 400, "top_p"),
     ("prompt-too-long", "/v1/completions", OK | dict(prompt="hello " * 600), None, 400, "prompt"),
     ("max_tokens-above-max_model_len", "/v1/completions", OK | dict(max_tokens=600), None, 400, "max_tokens"),  # vLLM 0.32 caps a fitting one
-    ("messages-too-long", "/v1/chat/completions", CHAT_OK | dict(messages=[{"role": "user", "content": "hello " * 600}]), None, 400, "messages"),
+    ("messages-too-long", "/v1/chat/completions", CHAT_OK | dict(messages=[{"role": "user", "content": "hello " * 600}]), None, 400, "input tokens"),
     ("top_logprobs-without-logprobs", "/v1/chat/completions", CHAT_OK | dict(top_logprobs=2), None, 400, "logprobs"),
     ("logprobs-above-max", "/v1/completions", OK | dict(logprobs=50), None, 400, "logprobs"),
-    ("token-out-of-vocab", "/v1/completions", OK | dict(prompt=[10**9]), None, 400, "prompt_token_ids"),
+    ("token-out-of-vocab", "/v1/completions", OK | dict(prompt=[10**9]), None, 400, "out of vocabulary"),
     ("unknown-model", "/v1/completions", OK | dict(model="gpt-4o"), None, 404, "gpt-4o"),
     ("no-key", "/v1/completions", OK, {"Authorization": ""}, 401, "Unauthorized"),
     ("wrong-key", "/v1/chat/completions", CHAT_OK, {"Authorization": "Bearer nope"}, 401, "Unauthorized"),
@@ -263,7 +263,7 @@ def test_bad_requests(server, name, path, body, headers, status, word):
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["code"] == status
     assert word in err["message"]
-    pydantic = name in ("malformed-json", "missing-prompt", "unknown-stream-option") or name.startswith("wrong-type")
+    pydantic = name == "malformed-json" or name.startswith("wrong-type")  # vLLM's own checks on the raw body are BadRequestError
     assert err["type"] == ("Bad Request" if pydantic else {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}[status])  # vLLM 0.32
     assert_idle(server)  # nothing of a bad request reached the engine (or stayed there)
     ok = httpx.post(f"{server}/v1/completions", json=OK, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)

@@ -37,10 +37,11 @@ CASES = {  # name: (path, body, param, words the message must hold)
     "max_completion_tokens": ("/v1/chat/completions", chat(max_completion_tokens=65), "max_completion_tokens", ["--max-tokens-limit 64"]),
     "stop count": ("/v1/completions", GREEDY | dict(stop=["a", "b", "c", "d", "e"]), "stop", ["5 stop strings", "--max-stop-strings 4"]),
     "stop length": ("/v1/completions", GREEDY | dict(stop=["x" * 21]), "stop", ["21 characters", "--max-stop-string-length 20"]),
-    "logprobs": ("/v1/completions", GREEDY | dict(logprobs=6), "logprobs", ["--max-logprobs 5"]),
-    "top_logprobs": ("/v1/chat/completions", chat(logprobs=True, top_logprobs=6), "top_logprobs", ["--max-logprobs 5"]),
+    "logprobs": ("/v1/completions", GREEDY | dict(logprobs=6), "logprobs", ["Requested sample logprobs of 6, which is greater than max allowed: 5"]),
+    "top_logprobs": ("/v1/chat/completions", chat(logprobs=True, top_logprobs=6), "logprobs", ["greater than max allowed: 5"]),  # vLLM names the engine's field
+    "bad_words count": ("/v1/completions", GREEDY | dict(bad_words=["w"] * 129), "bad_words", ["129 entries", "--max-bad-words 128"]),
     "logit_bias entries": ("/v1/completions", GREEDY | dict(logit_bias={str(i): 1.0 for i in range(11)}), "logit_bias", ["11 entries", "--max-logit-bias 10"]),
-    "prompt tokens": ("/v1/completions", GREEDY | dict(prompt="hello " * 600), "prompt", ["maximum context length is 512"]),
+    "prompt tokens": ("/v1/completions", GREEDY | dict(prompt="hello " * 600), "input_tokens", ["maximum context length is 512", "601 input tokens"]),
     "request chat template": ("/v1/chat/completions", chat(chat_template="{{ 'x' }}"), "chat_template", ["--trust-request-chat-template"]),
     "chat template in kwargs": ("/v1/chat/completions", chat(chat_template_kwargs={"chat_template": "{{ 'x' }}"}), "chat_template", ["untrusted"]),
 }

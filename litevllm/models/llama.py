@@ -179,9 +179,11 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings: self.lm_head.weight = self.embed_tokens.weight
 
-    def forward(self, input_ids, positions, attn):
-        "input_ids, positions: (tokens,) -> hidden states (tokens, hidden)."
-        h = self.embed_tokens(input_ids)
+    def embed_input_ids(self, input_ids): return self.embed_tokens(input_ids)  # (tokens,) -> (tokens, hidden)
+
+    def forward(self, input_ids, positions, attn, inputs_embeds=None):
+        "input_ids, positions: (tokens,) -> hidden states (tokens, hidden); `inputs_embeds` (tokens, hidden), if given, in place of the ids' (and overwritten)."
+        h = self.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds
         cos_sin = self.layers[0].self_attn.rope.cos_sin(positions, h.dtype)
         residual = None
         for layer in self.layers: h, residual = layer(cos_sin, h, attn, residual)
