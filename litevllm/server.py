@@ -32,9 +32,9 @@ from .sampling_params import StructuredOutputsParams
 from .structured_output import validate_structured_output
 
 # %% auto #0
-__all__ = ['logger', 'TokenId', 'SSE_DONE', 'APIError', 'invalid', 'error_response', 'validation_message', 'sanitize_message',
-           'clean_loc', 'vllm_validation_error', 'http_error_body', 'OpenAIBaseModel', 'StreamOptions',
-           'SamplingFields', 'CompletionRequest', 'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest',
+__all__ = ['logger', 'TokenId', 'SSE_DONE', 'APIError', 'invalid', 'error_response', 'sanitize_message', 'clean_loc',
+           'vllm_validation_error', 'http_error_body', 'OpenAIBaseModel', 'StreamOptions', 'SamplingFields',
+           'CompletionRequest', 'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest',
            'JsonSchemaResponseFormat', 'ResponseFormat', 'structured_outputs_from_request', 'raise_on_engine_error',
            'bad_request', 'logit_bias_ids', 'to_sampling_params', 'max_chars_per_token', 'check_text_length',
            'check_truncation', 'truncate_ids', 'check_max_tokens', 'check_length', 'ServerLimits', 'add_limit_args',
@@ -66,22 +66,6 @@ def error_response(message:str, status:int=400, type:str="BadRequestError", para
 
 _STATUS_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 405: "MethodNotAllowedError",
                  500: "InternalServerError", 503: "ServiceUnavailableError"}
-
-# %% ../nbs/16_server.ipynb #f5f3e668
-def _loc(loc) -> str:
-    parts = [str(p) for p in loc if p != "body"]
-    return ".".join(parts)
-
-def validation_message(exc:RequestValidationError) -> tuple[str, str|None]:
-    "(message, param) for a request that failed validation."
-    errs = exc.errors()
-    if not errs: return "invalid request", None
-    e = errs[0]
-    if e.get("type") == "json_invalid":
-        return f"Invalid JSON body: {e.get('ctx', {}).get('error', e.get('msg'))}", None
-    msgs = [f"{_loc(x.get('loc', ())) or 'body'}: {x.get('msg')}" + (f" (got {x['input']!r})" if x.get("type") != "missing" and "input" in x and not isinstance(x["input"], dict) else "")
-            for x in errs[:3]]
-    return "; ".join(msgs), _loc(e.get("loc", ())) or None
 
 # %% ../nbs/16_server.ipynb #3321c216
 def sanitize_message(message:str) -> str:
