@@ -730,7 +730,7 @@ def _prompts(prompt) -> list[str|list[int]]:
     return list(prompt)
 
 def load_prompt_embeds(st:ServerState, data:bytes|str) -> torch.Tensor:
-    "vLLM's rules for `prompt_embeds`: base64 of a `torch.save`d float tensor (tokens, hidden) (or (1, tokens, hidden)), loaded safely."
+    "base64 of a `torch.save`d tensor, loaded safely and made 2-d; its width and dtype are the input processor's to check (02_inputs)."
     if not getattr(st.engine.vllm_config.args, "enable_prompt_embeds", False):
         raise invalid("You must set `--enable-prompt-embeds` to input `prompt_embeds`.", "prompt_embeds")
     try: payload = base64.b64decode(data, validate=True)
@@ -743,20 +743,16 @@ def load_prompt_embeds(st:ServerState, data:bytes|str) -> torch.Tensor:
     if t.dim() > 2: t = t.squeeze(0)
     if t.dim() != 2:
         raise invalid(f"`prompt_embeds` must be a 2D tensor of shape (num_tokens, hidden_size); got shape {tuple(t.shape)}.", "prompt_embeds")
-    if t.shape[1] != (hidden := st.engine.vllm_config.hf_config.hidden_size):
-        raise invalid(f"`prompt_embeds` hidden_size {t.shape[1]} does not match the model's hidden_size {hidden}.", "prompt_embeds")
-    if not t.is_floating_point():
-        raise invalid(f"`prompt_embeds` dtype {t.dtype} is not a floating-point type, cannot safely cast to the model's dtype "
-                       f"{st.engine.vllm_config.dtype}.", "prompt_embeds")
-    return t.to(st.engine.vllm_config.dtype)
+    return t
 
 def tokenize_prompt(st:ServerState, text:str, add_special_tokens:bool, keep:int|None, side:str|None) -> tuple[list[int], bool]:
     "A text prompt's ids, and whether truncation cut them: refused on its length before tokenizing unless truncation asks for it."
     limit = st.max_model_len * st.max_chars_per_token
     if keep is None: check_text_length(len(text), st.max_model_len, st.max_chars_per_token)
-    elif len(text) > limit: text = text[:limit] if side == "right" else text[-limit:]  # no more text than the kept tokens can hold
+    trimmed = keep is not None and len(text) > limit
+    if trimmed: text = text[:limit] if side == "right" else text[-limit:]  # no more text than the kept tokens can hold
     ids = st.tokenizer(text, add_special_tokens=add_special_tokens).input_ids
-    return truncate_ids(ids, keep, side), len(text) > limit or (keep is not None and keep < len(ids))
+    return truncate_ids(ids, keep, side), trimmed or (keep is not None and keep < len(ids))
 
 def prepare_completion(st:ServerState, req:CompletionRequest):
     "[(engine prompt, SamplingParams, prompt text)] for each prompt of a completions request (APIError if invalid)."
@@ -833,15 +829,16 @@ async def completion_stream(st:ServerState, req:CompletionRequest, prepared, rid
         async for i, out in merge_async_iterators(*gens):
             n_prompt[i] = len(out.prompt_token_ids)
             if cached is None: cached = out.num_cached_tokens
+            raise_on_engine_error(out)
             for c in out.outputs:
-                raise_on_engine_error(out)
                 idx, prompt_ids, echo = i * req.n + c.index, None, None
                 if idx not in started and (req.echo or req.return_token_ids):
                     started.add(idx); prompt_ids = list(out.prompt_token_ids)
                     if req.echo: echo = "" if req.return_token_ids else prepared[i][2]
                 if echo is None and not c.text and not c.token_ids and not n_gen.get(idx): continue  # vLLM: nothing to say yet
                 n_gen[idx] = n_gen.get(idx, 0) + len(c.token_ids)
-                lps = _completion_choice(st, req, out, c, idx, offsets.get(idx, 0))["logprobs"]
+                lps = completion_logprobs(st.tokenizer, c.token_ids, c.logprobs, offsets.get(idx, 0), st.as_ids(req))[0] \
+                      if req.logprobs is not None and c.logprobs is not None else None
                 ch = dict(index=idx, text=c.text, logprobs=lps, finish_reason=c.finish_reason, stop_reason=c.stop_reason,
                           prompt_token_ids=prompt_ids, token_ids=list(c.token_ids) if req.return_token_ids else None)
                 if echo is not None: echo_choice(st, req, ch, out, c, echo)  # the prompt (and its logprobs) in front
@@ -941,8 +938,8 @@ async def chat_stream(st:ServerState, req:ChatCompletionRequest, prompt, params,
                 if prefix := echo_text(req):
                     for i in range(req.n):
                         yield chunk([dict(index=i, delta=dict(content=prefix), logprobs=None, finish_reason=None)], **(dict(usage=cont(i)) if continuous else {}))
+            raise_on_engine_error(out)
             for c in out.outputs:
-                raise_on_engine_error(out)
                 if c.index in done or (not c.text and not c.token_ids and not n_gen[c.index]): continue
                 n_gen[c.index] += len(c.token_ids)
                 ch = dict(index=c.index, delta=dict(content=c.text), logprobs=_chat_lps(st, req, c), finish_reason=c.finish_reason)

