@@ -97,14 +97,15 @@ _VLLM_WORKS = {  # why -> flags: litevllm has these
         --help|-h --model --host --port --api-key --served-model-name --uvicorn-log-level
         --disable-uvicorn-access-log/b --enable-prompt-tokens-details/b --enable-force-include-usage/b
         --return-tokens-as-token-ids/b --enable-tokenizer-info-endpoint/b --enable-server-load-tracking/b
-        --trust-request-chat-template/b --shutdown-timeout""",
+        --trust-request-chat-template/b --shutdown-timeout --enable-auto-tool-choice/b --exclude-tools-when-tool-choice-none/b
+        --tool-call-parser --chat-template""",
     'an engine flag of the same name (an `EngineArgs` field)': """
         --tokenizer --trust-remote-code/b --dtype --seed --max-model-len --enforce-eager/b --max-logprobs
         --enable-prompt-embeds/b --attention-backend --distributed-executor-backend --tensor-parallel-size|-tp
         --data-parallel-size|-dp --data-parallel-backend|-dpb --block-size
         --gpu-memory-utilization|--device-memory-utilization --kv-cache-memory-bytes --num-gpu-blocks-override
         --enable-prefix-caching/b --max-num-batched-tokens --max-num-seqs --long-prefill-token-threshold
-        --scheduling-policy --enable-chunked-prefill/b --cudagraph-capture-sizes --disable-log-stats/t""",
+        --scheduling-policy --enable-chunked-prefill/b --cudagraph-capture-sizes --disable-log-stats/t --reasoning-parser""",
 }
 
 # %% ../nbs/15_cli.ipynb #7062a269
@@ -195,11 +196,10 @@ _VLLM_NOOP = {  # why -> flags: accepted, a warning at start says they do nothin
 
 # %% ../nbs/15_cli.ipynb #0202c885
 _VLLM_REFUSED = {  # why -> flags: not added, argparse refuses them
-    'tool calling: planned, not implemented yet': """
-        --enable-auto-tool-choice/b --exclude-tools-when-tool-choice-none/b --tool-call-parser --tool-parser-plugin
-        --tool-strict-level --tool-server""",
-    'reasoning parsers: planned, not implemented yet': """
-        --reasoning-parser --reasoning-parser-plugin --reasoning-config""",
+    'tool calling: parsers are registered in Python (ToolParserManager.register_module), not loaded from a plugin file; no tool servers': """
+        --tool-parser-plugin --tool-strict-level --tool-server""",
+    'reasoning parsers: registered in Python (ReasoningParserManager.register_module), not from a plugin file': """
+        --reasoning-parser-plugin --reasoning-config""",
     'LoRA adapters: planned, not implemented yet': """
         --lora-modules --enable-lora/b --max-loras --max-lora-rank --lora-dtype --enable-tower-connector-lora/b
         --max-cpu-loras --fully-sharded-loras/b --lora-target-modules --default-mm-loras --specialize-active-lora/b
@@ -208,8 +208,8 @@ _VLLM_REFUSED = {  # why -> flags: not added, argparse refuses them
         --speculative-config|-sc --spec-method --spec-model --spec-tokens""",
     'quantization (weights or KV cache): not implemented': """
         --quantization|-q --quantization-config --kv-cache-dtype""",
-    "chat rendering: litevllm renders the model's own chat template as it is": """
-        --chat-template --chat-template-content-format --default-chat-template-kwargs --response-role""",
+    "chat rendering: litevllm renders the chat template (the model's, or --chat-template) as it is": """
+        --chat-template-content-format --default-chat-template-kwargs --response-role""",
     'model loading: litevllm loads the local folder (config, tokenizer, weights, generation_config.json) as it is': """
         --revision --code-revision --tokenizer-revision --tokenizer-mode --hf-config-path --config-format
         --hf-overrides --model-class-overrides --load-format --model-loader-extra-config --ignore-patterns

@@ -49,6 +49,7 @@ class EngineArgs:
     data_parallel_backend: str = "mp"      # mp: engine-core processes on this machine | ray: Ray actors, on any node of a Ray cluster
     max_logprobs: int = 20                 # the largest `logprobs` / `prompt_logprobs` a request may ask for
     enable_prompt_embeds: bool = False     # accept {"prompt_embeds": tensor} prompts: (tokens, hidden_size) input embeddings in place of ids
+    reasoning_parser: str|None = None      # the model's reasoning format (deepseek_r1 | qwen3): a structured request's grammar waits for the reasoning to end
     device: str = "auto"                   # auto | cpu | cuda
     attention_backend: str = "auto"        # auto (triton on CUDA; cpu on CPU, sdpa where it cannot run) | cpu | sdpa | torch (the reference) | triton
     disable_log_stats: bool = True         # False: log a stats line every `log_stats_interval` seconds
@@ -76,6 +77,7 @@ class EngineArgs:
               "must be mp, uni or external_launcher")
         check(self.distributed_executor_backend != "uni" or self.tensor_parallel_size == 1, "distributed_executor_backend",
               "'uni' runs a single rank (tensor_parallel_size must be 1)")
+        check(self.reasoning_parser is None or isinstance(self.reasoning_parser, str), "reasoning_parser", "must be a reasoning parser's name")
         check(self.max_logprobs >= -1, "max_logprobs", "must be >= 0, or -1 (no limit: the whole vocabulary)")
         check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device", "must be auto, cpu or cuda")
         check(self.attention_backend in ("auto", "cpu", "sdpa", "torch", "triton"), "attention_backend", "must be auto, cpu, sdpa, torch or triton")

@@ -329,19 +329,19 @@ def plot_layer_split(infos:list[dict], fname=None):
         for (s, e), off in zip(info["gate_up_shards"], (0, I)): mark(w["gate_up_proj"], r, rows=slice(off + s, off + e))
         mark(w["down_proj"], r, cols=slice(*info["down_cols"]))
     colors = list(plt.cm.tab10.colors[:ws]) + ["0.6"]
-    fig, axes = plt.subplots(1, 4, figsize=(15, 4.2), gridspec_kw=dict(width_ratios=[g.shape[1] / g.shape[0] + 0.3 for g in w.values()]))
+    fig, axes = plt.subplots(1, 4, figsize=(13, 4.6), gridspec_kw=dict(width_ratios=[g.shape[1] / g.shape[0] + 0.3 for g in w.values()]))
     notes = dict(qkv_proj="column-parallel: q | k | v rows", o_proj="row-parallel: input columns\n→ all-reduce (sum of partials)",
                  gate_up_proj="column-parallel: gate | up rows", down_proj="row-parallel: input columns\n→ all-reduce (sum of partials)")
     for ax, (name, g) in zip(axes, w.items()):
         ax.imshow(g, cmap=ListedColormap(colors), vmin=0, vmax=ws, aspect="equal", interpolation="nearest")
-        ax.set_title(f"{name} {tuple(g.shape)}\n{notes[name]}", fontsize=9); ax.set_xticks([])
+        ax.set_title(f"{name} {tuple(g.shape)}\n{notes[name]}", fontsize=11); ax.set_xticks([])
         parts = dict(qkv_proj=[("q", 0, qf), ("k", qf, qf + kvf), ("v", qf + kvf, qf + 2 * kvf)], gate_up_proj=[("gate", 0, I), ("up", I, 2 * I)])
-        ax.set_yticks([(a + b) / 2 for _, a, b in parts.get(name, [])], [n for n, _, _ in parts.get(name, [])])
+        ax.set_yticks([(a + b) / 2 for _, a, b in parts.get(name, [])], [n for n, _, _ in parts.get(name, [])], fontsize=11)
     heads = ", ".join(f"rank {i['rank']}: q heads {i['head_ranges'][0][0]}-{i['head_ranges'][0][1] - 1}, "
                       f"KV heads {i['head_ranges'][1][0]}-{i['head_ranges'][1][1] - 1}, vocab {i['vocab'][0]}-{i['vocab'][1] - 1}" for i in infos)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors]
-    fig.legend(handles, [f"rank {r}" for r in range(ws)] + ["replicated"], loc="lower center", ncol=ws + 1, fontsize=9)
-    fig.suptitle(f"One decoder layer split over {ws} ranks ({heads})", fontsize=10)
+    fig.legend(handles, [f"rank {r}" for r in range(ws)] + ["replicated"], loc="lower center", ncol=ws + 1, fontsize=11)
+    fig.suptitle(f"One decoder layer split over {ws} ranks\n{heads}", fontsize=12)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     if fname: fig.savefig(fname, dpi=110)
     return fig
@@ -363,14 +363,14 @@ def plot_step_timeline(engine:list[tuple], ranks:list[list[tuple]], collectives:
             if what == "forward" and collectives:  # what the collectives cost this rank, inside its forward pass
                 calls, secs = collectives[y - 1]
                 label = f"forward (the step's {calls} collectives: {secs * 1e3:.1f} ms)"
-            if ms(e) - ms(s) > 0.04 * ms(max(e for _, _, e in engine)): ax.text((ms(s) + ms(e)) / 2, y, label, ha="center", va="center", fontsize=8)
+            if ms(e) - ms(s) > 0.04 * ms(max(e for _, _, e in engine)): ax.text((ms(s) + ms(e)) / 2, y, label, ha="center", va="center", fontsize=9)
     send_end = next(e for w, _, e in engine if w == "send")
     for y, bars in enumerate(ranks, 1):  # the scheduler's output reaches each rank; rank 0's output comes back
         ax.annotate("", (ms(bars[0][1]), y - 0.35), (ms(send_end), 0.35), arrowprops=dict(arrowstyle="->", color="tab:purple"))
     ax.annotate("", (ms(next(e for w, _, e in engine if w.startswith("wait"))), 0.35), (ms(ranks[0][-1][2]), 0.65),
                 arrowprops=dict(arrowstyle="->", color="tab:red"))
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
-    ax.legend(handles, list(colors), ncol=len(colors), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    ax.legend(handles, list(colors), ncol=len(colors), fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.25))
     ax.set_yticks(range(len(rows)), [n for n, _ in rows]); ax.invert_yaxis()
     ax.set_xlabel("ms since the step began")
     ax.set_title("One step: SchedulerOutput to every rank (purple arrows), all-reduces inside forward,\n"

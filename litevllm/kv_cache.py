@@ -14,7 +14,7 @@ from .request import Request
 
 # %% auto #0
 __all__ = ['KVCacheBlock', 'FreeKVCacheBlockQueue', 'BlockHash', 'hash_block_tokens', 'update_block_hashes', 'BlockPool', 'cdiv',
-           'PrefixCacheStats', 'KVCacheManager', 'plot_kv_cache']
+           'PrefixCacheStats', 'KVCacheManager', 'kv_cache_figsize', 'plot_kv_cache']
 
 # %% ../nbs/04_kv_cache.ipynb #063a187d
 class KVCacheBlock:
@@ -237,28 +237,48 @@ def reset_prefix_cache(self:KVCacheManager) -> bool:
     return self.block_pool.reset_prefix_cache()
 
 # %% ../nbs/04_kv_cache.ipynb #26ef7998
-def plot_kv_cache(m:KVCacheManager, title:str="", ax=None):
-    "Draw each request's block table and the pool (ref counts, cached blocks, free-queue order)."
+def _kv_rows(m:KVCacheManager, per_row:int):
+    "Blocks a row, rows of each request's block table, rows of the pool."
+    reqs = list(m.req_to_blocks.values())
+    per_row = max(1, min(per_row, max([m.block_pool.num_blocks] + [len(b) for b in reqs])))
+    return per_row, [max(1, -(-len(b) // per_row)) for b in reqs], -(-m.block_pool.num_blocks // per_row)
+
+_ROW, _POOL_ROW, _GAP, _LEFT = 1.0, 1.5, 0.5, 2.2  # heights of a block-table row, a pool row (its 'free #k' line), the gap; label margin
+_IN_X, _IN_Y, _IN_TITLE = 0.8, 0.5, 0.9            # inches a unit across, a unit down; the title's
+
+def kv_cache_figsize(m:KVCacheManager, per_row:int=10) -> tuple[float, float]:
+    "The size in inches `plot_kv_cache` draws `m` at: 0.8 inch a block across, 0.5 inch a row unit down."
+    per_row, req_rows, pool_rows = _kv_rows(m, per_row)
+    return _IN_X * (per_row + _LEFT), _IN_Y * (sum(req_rows) * _ROW + (_GAP if req_rows else 0) + pool_rows * _POOL_ROW) + _IN_TITLE
+
+def plot_kv_cache(m:KVCacheManager, title:str="", ax=None, per_row:int=10,
+                  height:float|None=None):  # inches the drawing fills (at least its own): a run's frames keep one scale
+    "Draw each request's block table and the pool (ref counts, cached blocks, free-queue order), `per_row` blocks a row."
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
-    reqs = list(m.req_to_blocks.items())
+    per_row, req_rows, pool_rows = _kv_rows(m, per_row)
     free_order = {b.block_id: i for i, b in enumerate(m.block_pool.free_block_queue.get_all_free_blocks())}
-    n = m.block_pool.num_blocks
-    if ax is None: _, ax = plt.subplots(figsize=(max(6, 0.6 * n + 2), 0.55 * (len(reqs) + 3) + 0.6))
-    colors = plt.cm.tab10.colors
-    for r, (rid, blocks) in enumerate(reqs):
-        y = len(reqs) + 1 - r
-        ax.text(-0.3, y + 0.4, f"req {rid}", ha="right", va="center", fontsize=9)
+    if ax is None: _, ax = plt.subplots(figsize=kv_cache_figsize(m, per_row))
+    colors, y = plt.cm.tab10.colors, 0.0   # y grows downwards (the axis is inverted below)
+    for (rid, blocks), rows in zip(m.req_to_blocks.items(), req_rows):
+        ax.text(-0.3, y + 0.4, f"req {rid}", ha="right", va="center", fontsize=10)
         for j, b in enumerate(blocks):
-            ax.add_patch(Rectangle((j, y), 0.9, 0.8, color=colors[b.block_id % 10], alpha=0.6))
-            ax.text(j + 0.45, y + 0.4, str(b.block_id), ha="center", va="center", fontsize=9)
-    ax.text(-0.3, 0.4, "pool", ha="right", va="center", fontsize=9)
+            x, yy = j % per_row, y + (j // per_row) * _ROW
+            ax.add_patch(Rectangle((x, yy), 0.9, 0.8, color=colors[b.block_id % 10], alpha=0.6))
+            ax.text(x + 0.45, yy + 0.4, str(b.block_id), ha="center", va="center", fontsize=10)
+        y += rows * _ROW
+    if req_rows: y += _GAP
+    ax.text(-0.3, y + 0.4, "pool", ha="right", va="center", fontsize=10)
     for b in m.block_pool.blocks:
-        x = b.block_id
-        ax.add_patch(Rectangle((x, 0), 0.9, 0.8, facecolor=colors[x % 10] if b.ref_cnt else "white",
+        x, yy = b.block_id % per_row, y + (b.block_id // per_row) * _POOL_ROW
+        ax.add_patch(Rectangle((x, yy), 0.9, 0.8, facecolor=colors[b.block_id % 10] if b.ref_cnt else "white",
                                alpha=0.6 if b.ref_cnt else 1, edgecolor="black", hatch="//" if b.block_hash else None))
-        ax.text(x + 0.45, 0.4, f"{x}\nref {b.ref_cnt}", ha="center", va="center", fontsize=7)
-        if x in free_order: ax.text(x + 0.45, -0.35, f"free #{free_order[x]}", ha="center", va="center", fontsize=7)
-    ax.set_xlim(-2.5, max(n, max((len(b) for _, b in reqs), default=0)) + 0.5); ax.set_ylim(-0.8, len(reqs) + 2.2)
-    ax.axis("off"); ax.set_title(title + "   (hatched: cached; 'free #k': k-th to be evicted)", fontsize=9)
+        ax.text(x + 0.45, yy + 0.4, f"{b.block_id}\nref {b.ref_cnt}", ha="center", va="center", fontsize=9,
+                bbox=dict(facecolor="white", alpha=0.8, edgecolor="none", pad=0.5) if b.block_hash else None)  # legible over hatching
+        if b.block_id in free_order:
+            ax.text(x + 0.45, yy + 1.1, f"free #{free_order[b.block_id]}", ha="center", va="center", fontsize=9)
+    bottom = max(y + pool_rows * _POOL_ROW, ((height or 0) - _IN_TITLE) / _IN_Y)
+    ax.set_xlim(-_LEFT, per_row); ax.set_ylim(bottom, -0.2)
+    ax.set_aspect(_IN_Y / _IN_X, anchor="N")  # blocks keep their shape in a panel of another size
+    ax.axis("off"); ax.set_title((title + "\n" if title else "") + "(hatched: cached; 'free #k': k-th to be evicted)", fontsize=10)
     return ax

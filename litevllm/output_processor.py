@@ -28,6 +28,24 @@ class Logprob:
     rank: int|None = None
     decoded_token: str|None = None
 
+class _Raw(str):  # shown as is in a repr
+    def __repr__(self): return str(self)
+
+def _short(v, n:int=40) -> str:
+    "`repr(v)`, a long string or list cut short (the attribute keeps it whole)."
+    if isinstance(v, str) and not isinstance(v, _Raw) and len(v) > n: return f"{v[:n]!r}…({len(v)} chars)"
+    if isinstance(v, list) and len(v) > 10: return f"[{', '.join(map(repr, v[:8]))}, …]({len(v)} items)"
+    return repr(v)
+
+def _short_repr(o, indent:int=0, width:int=100, **fields) -> str:
+    "`Name(field=value, ...)`, the fields that are None left out, wrapped at `width` under the first field."
+    name, lines = type(o).__name__ + "(", []
+    cur, col = name, indent  # the line so far, and the column it starts at
+    for item in (f"{k}={_short(v)}" for k, v in fields.items() if v is not None):
+        if cur != name and col + len(cur) + len(item) + 2 > width: lines.append(cur + ","); cur, col = " " * (indent + len(name)) + item, 0
+        else: cur += ("" if cur == name else ", ") + item
+    return "\n".join(lines + [cur + ")"])
+
 @dataclass
 class CompletionOutput:
     "One completion of a prompt."
@@ -39,6 +57,11 @@ class CompletionOutput:
     finish_reason: str|None = None   # "stop", "length", "abort", or None while running
     stop_reason: int|str|None = None # the stop string or stop token id that ended it
     def finished(self) -> bool: return self.finish_reason is not None
+    def __repr__(self): return self._repr()
+    def _repr(self, indent:int=0) -> str:
+        lp = None if self.logprobs is None else _Raw(f"[{len(self.logprobs)} positions]")
+        return _short_repr(self, indent, index=self.index, text=self.text, token_ids=self.token_ids, cumulative_logprob=self.cumulative_logprob,
+                           logprobs=lp, finish_reason=self.finish_reason, stop_reason=self.stop_reason)
 
 @dataclass
 class RequestOutput:
@@ -51,6 +74,13 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: int = 0
     metrics: object = None
+    def __repr__(self):
+        lp = None if self.prompt_logprobs is None else _Raw(f"[{len(self.prompt_logprobs)} positions]")
+        head = _short_repr(self, request_id=self.request_id, finished=self.finished, num_cached_tokens=self.num_cached_tokens,
+                           prompt=self.prompt, prompt_token_ids=self.prompt_token_ids, prompt_logprobs=lp)
+        pad = " " * len("RequestOutput(outputs=[")
+        outs = (",\n" + pad).join(o._repr(len(pad)) for o in self.outputs)
+        return f"{head[:-1]},\n{pad[:len('RequestOutput(')]}outputs=[{outs}])"
 
 # %% ../nbs/10_output_processor.ipynb #62c57d1a
 def _backend(tokenizer):

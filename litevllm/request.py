@@ -64,9 +64,14 @@ LEGAL_TRANSITIONS: dict[RequestStatus, set[RequestStatus]] = {
 
 # %% ../nbs/03_request.ipynb #f5676485
 _EDGE_LABELS = {(_S.WAITING, _S.RUNNING): "scheduled", (_S.RUNNING, _S.PREEMPTED): "out of KV blocks",
-                (_S.PREEMPTED, _S.RUNNING): "rescheduled, recomputed", (_S.RUNNING, _S.FINISHED_STOPPED): "EOS, stop token, stop string",
+                (_S.PREEMPTED, _S.RUNNING): "recomputed", (_S.RUNNING, _S.FINISHED_STOPPED): "EOS, stop token, stop string",
                 (_S.RUNNING, _S.FINISHED_LENGTH_CAPPED): "max_tokens, max_model_len", (_S.WAITING, _S.FINISHED_IGNORED): "can never fit",
-                (_S.WAITING_FOR_FSM, _S.WAITING): "grammar compiled", (_S.WAITING_FOR_REMOTE_KVS, _S.WAITING): "KV blocks arrived"}
+                (_S.WAITING_FOR_REMOTE_KVS, _S.WAITING): "KV blocks arrived"}
+# mermaid places states in the order it meets them: the grammar detour on top, the common path in the middle, the status
+# this engine never enters last. No `<br>` in labels: mermaid wraps long ones itself, and the site hands mermaid the
+# diagram's text content, where a `<br>` is lost
+_LAYOUT = [_S.WAITING, _S.WAITING_FOR_FSM, _S.FINISHED_ERROR, _S.RUNNING, _S.PREEMPTED, _S.FINISHED_STOPPED,
+           _S.FINISHED_LENGTH_CAPPED, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED, _S.WAITING_FOR_REMOTE_KVS]
 
 class Mermaid:
     "A mermaid diagram: shown as a diagram by JupyterLab and by the docs site."
@@ -74,20 +79,28 @@ class Mermaid:
     def _repr_markdown_(self): return f"```mermaid\n{self.source}\n```"
     def __repr__(self): return self.source
 
+def _walk(transitions:dict) -> list[tuple]:
+    "Every edge once, depth first from WAITING, the targets of each state in `_LAYOUT` order."
+    seen, edges = set(), []
+    def visit(a):
+        seen.add(a)
+        for b in sorted(transitions.get(a, ()), key=_LAYOUT.index):
+            edges.append((a, b))
+            if b not in seen: visit(b)
+    for s in _LAYOUT:
+        if s not in seen and transitions.get(s): visit(s)
+    return edges
+
 def state_diagram(transitions:dict=LEGAL_TRANSITIONS, labels:dict=_EDGE_LABELS) -> Mermaid:
-    "The request state machine as a mermaid state diagram, one edge per legal transition."
-    lines = ["stateDiagram-v2", f"    [*] --> {RequestStatus.WAITING.name}"]
-    for a, bs in transitions.items():
-        for b in sorted(bs):
-            lab = labels.get((a, b))
-            lines.append(f"    {a.name} --> {b.name}" + (f": {lab}" if lab else ""))
-    lines += [f"    {s.name} --> [*]" for s in RequestStatus if RequestStatus.is_finished(s)]
-    return Mermaid("\n".join(lines))
+    "The request state machine as a mermaid flowchart, left to right, one edge per legal transition."
+    lines = ['%%{init: {"flowchart": {"rankSpacing": 30, "nodeSpacing": 40}}}%%', "flowchart LR", "    start(( )) --> WAITING"]
+    lines += [f"    {s.name}({s.name})" for s in _LAYOUT]  # rounded boxes: states
+    lines += [f"    {a.name} -->" + (f"|{labels[a, b]}|" if (a, b) in labels else "") + f" {b.name}" for a, b in _walk(transitions)]
+    return Mermaid("\n".join(lines + ["    style start fill:#333,stroke:#333"]))
 
 # %% ../nbs/03_request.ipynb #27711e01
-_EDGE_LABELS.update({(_S.WAITING, _S.WAITING_FOR_FSM): "structured output: grammar compiling",
-                     (_S.WAITING_FOR_FSM, _S.FINISHED_ERROR): "grammar failed to compile",
-                     (_S.RUNNING, _S.FINISHED_ERROR): "grammar refused a token"})
+_EDGE_LABELS.update({(_S.WAITING, _S.WAITING_FOR_FSM): "compiling", (_S.WAITING_FOR_FSM, _S.WAITING): "compiled",
+                     (_S.WAITING_FOR_FSM, _S.FINISHED_ERROR): "compile failed", (_S.RUNNING, _S.FINISHED_ERROR): "token refused"})
 
 # %% ../nbs/03_request.ipynb #69c8153c
 class Request:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fastcore.basics import patch
 from .config import VllmConfig
 from .request import Request, RequestStatus, FinishReason
-from .kv_cache import KVCacheManager, PrefixCacheStats, plot_kv_cache
+from .kv_cache import KVCacheManager, PrefixCacheStats, plot_kv_cache, kv_cache_figsize
 from .structured_output import StructuredOutputManager, GrammarOutput
 
 # %% auto #0
@@ -385,21 +385,26 @@ def run_steps(scheduler:Scheduler, max_steps:int=1000, arrivals:dict|None=None) 
                              usage=scheduler.kv_cache_manager.usage))
     return timeline
 
-def plot_timeline(timeline:list[dict], title:str="", ax=None):
-    "A steps × requests grid: tokens scheduled per cell; P marks a preemption, F a finish."
-    import matplotlib.pyplot as plt
+def plot_timeline(timeline:list[dict], title:str="", ax=None, upto:int|None=None):
+    "A steps × requests grid: tokens scheduled per cell; P marks a preemption, F a finish. `upto`: steps after it left blank."
+    import numpy as np, matplotlib.pyplot as plt
     rids = sorted({r for t in timeline for r in [*t["scheduled"], *t["preempted"]]}, key=lambda r: (len(r), r))
-    grid = [[t["scheduled"].get(r, 0) for t in timeline] for r in rids]
-    if ax is None: _, ax = plt.subplots(figsize=(max(6, 0.45 * len(timeline) + 1.5), 0.45 * len(rids) + 1.2))
-    ax.imshow(grid, cmap="Blues", aspect="auto", vmin=0)
+    grid = np.array([[t["scheduled"].get(r, 0) for t in timeline] for r in rids], dtype=float).reshape(len(rids), len(timeline))
+    top = 1.25 * max(grid.max(initial=0), 1)  # the fullest cell a mid blue, not navy
+    shown = timeline if upto is None else timeline[:upto + 1]
+    grid[:, len(shown):] = np.nan   # not yet run: blank, on the whole run's axes (a step-through's frames keep their size)
+    if ax is None: _, ax = plt.subplots(figsize=(max(6, 0.5 * len(timeline) + 1.5), 0.45 * len(rids) + 1.3))
+    ax.imshow(np.ma.masked_invalid(grid), cmap="Blues", aspect="auto", vmin=0, vmax=top)
     for y, r in enumerate(rids):
-        for x, t in enumerate(timeline):
+        for x, t in enumerate(shown):
             lab = str(t["scheduled"][r]) if r in t["scheduled"] else ""
             if r in t["preempted"]: lab = "P"
             if r in t["finished"]: lab += "F"
-            if lab: ax.text(x, y, lab, ha="center", va="center", fontsize=7, color="red" if "P" in lab else "black")
-    ax.set_yticks(range(len(rids)), rids); ax.set_xticks(range(len(timeline))); ax.set_xlabel("step")
-    ax.set_title(title or "tokens scheduled per step (P: preempted, F: finished)", fontsize=9)
+            color = "red" if "P" in lab else "white" if grid[y, x] > 0.5 * top else "black"
+            if lab: ax.text(x, y, lab, ha="center", va="center", fontsize=9, color=color)
+    ax.set_yticks(range(len(rids)), rids); ax.set_xlabel("step")
+    ax.set_xticks(range(0, len(timeline), max(1, len(timeline) // 25)))  # at most ~25 step numbers
+    ax.set_title(title or "tokens scheduled per step (P: preempted, F: finished)", fontsize=10)
     return ax
 
 # %% ../nbs/05_scheduler.ipynb #f2e2e06e
@@ -417,26 +422,32 @@ def record_run(scheduler:Scheduler, max_steps:int=200) -> tuple[list[dict], list
 class StepThrough:
     "Pictures of a run, one per step: a slider widget in a live kernel; in a static page the same frames behind an HTML slider."
     def __init__(self, draw, n:int):  # draw(i) -> the matplotlib figure of step i; n steps
-        self.draw, self.n, self._widget = draw, n, None
+        self.draw, self.n, self._widget, self._png = draw, n, None, {}
+
+    def png(self, step:int, dpi:int=100) -> bytes:
+        "Step `step`'s picture as PNG (drawn once, closed at once: it is never displayed as a figure of its own)."
+        import io, matplotlib.pyplot as plt
+        if (step, dpi) not in self._png:
+            fig, buf = self.draw(step), io.BytesIO()
+            fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight"); plt.close(fig)
+            self._png[step, dpi] = buf.getvalue()
+        return self._png[step, dpi]
 
     @property
     def widget(self):
-        "The ipywidgets slider (made once)."
-        import ipywidgets as widgets, matplotlib.pyplot as plt
-        def show(step): self.draw(step); plt.show()
+        "An ipywidgets slider above an Image of the chosen step (made once)."
+        import ipywidgets as widgets
         if self._widget is None:
-            self._widget = widgets.interactive(show, step=widgets.IntSlider(min=0, max=self.n - 1, value=0, description="step"))
+            slider = widgets.IntSlider(min=0, max=self.n - 1, value=0, description="step")
+            image = widgets.Image(value=self.png(0), format="png", layout=widgets.Layout(max_width="100%"))
+            slider.observe(lambda change: setattr(image, "value", self.png(change["new"])), names="value")
+            self._widget = widgets.VBox([slider, image])
         return self._widget
 
-    def frames(self, dpi:int=60) -> list[str]:
+    def frames(self, dpi:int=100) -> list[str]:
         "Every step's picture, as base64 PNG."
-        import base64, io, matplotlib.pyplot as plt
-        res = []
-        for i in range(self.n):
-            fig, buf = self.draw(i), io.BytesIO()
-            fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight"); plt.close(fig)
-            res.append(base64.b64encode(buf.getvalue()).decode())
-        return res
+        import base64
+        return [base64.b64encode(self.png(i, dpi)).decode() for i in range(self.n)]
 
     def html(self) -> str:
         "A page-only slider: every frame is in the page, a few lines of JS show the chosen one."
@@ -454,13 +465,16 @@ class StepThrough:
         return {**self.widget._repr_mimebundle_(), "text/html": self.html()}
 
 def step_through(scheduler:Scheduler, max_steps:int=200) -> StepThrough:
-    "A slider over the steps of a run: timeline so far (top), KV pool after the step (bottom)."
+    "A slider over the steps of a run: the run's timeline up to the step (top), the KV pool after it (bottom)."
     import matplotlib.pyplot as plt
     timeline, snaps = record_run(scheduler, max_steps)
+    n_reqs = len({r for t in timeline for r in [*t["scheduled"], *t["preempted"]]})
+    kv_w, kv_h = max((kv_cache_figsize(s) for s in snaps), key=lambda wh: wh[1])  # the fullest step's: every frame one size
+    tl_h = 0.45 * n_reqs + 1.3
     def draw(step):
-        fig, (a, b) = plt.subplots(2, 1, figsize=(10, 7), gridspec_kw=dict(height_ratios=[1, 1.2]))
-        plot_timeline(timeline[:step + 1], f"steps 0..{step}", ax=a)
-        plot_kv_cache(snaps[step], f"KV pool after step {step}", ax=b)
+        fig, (a, b) = plt.subplots(2, 1, figsize=(max(kv_w, 0.5 * len(timeline) + 1.5), tl_h + kv_h), layout="constrained",
+                                   gridspec_kw=dict(height_ratios=[tl_h, kv_h]))
+        plot_timeline(timeline, f"tokens scheduled per step, up to step {step} (P: preempted, F: finished)", ax=a, upto=step)
+        plot_kv_cache(snaps[step], f"KV pool after step {step}", ax=b, height=kv_h)
         return fig
     return StepThrough(draw, len(timeline))
-

@@ -26,27 +26,30 @@ from .async_llm import AsyncLLM, AsyncEngineArgs, EngineDeadError, EngineGenerat
 from .attention import kv_prefault
 from .cli import add_engine_args, engine_kwargs, add_vllm_noop_args, warn_vllm_noops
 from .exceptions import VLLMValidationError
+from .reasoning import DeltaMessage, ReasoningParserManager, ToolCall
+from .tool_parsers import ChatParser, ToolParserManager, check_tool_usage, check_tools, get_json_schema_from_tools
 from typing import Literal
 from pydantic import Field, ValidationError
 from .sampling_params import StructuredOutputsParams
 from .structured_output import validate_structured_output
 
 # %% auto #0
-__all__ = ['logger', 'TokenId', 'SSE_DONE', 'APIError', 'invalid', 'error_response', 'sanitize_message', 'clean_loc',
-           'vllm_validation_error', 'http_error_body', 'OpenAIBaseModel', 'StreamOptions', 'SamplingFields',
-           'CompletionRequest', 'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest',
-           'JsonSchemaResponseFormat', 'ResponseFormat', 'structured_outputs_from_request', 'raise_on_engine_error',
-           'bad_request', 'logit_bias_ids', 'to_sampling_params', 'max_chars_per_token', 'check_text_length',
-           'check_truncation', 'truncate_ids', 'check_max_tokens', 'check_length', 'ServerLimits', 'add_limit_args',
-           'num_prompts', 'check_logprobs_limit', 'check_limits', 'completion_logprobs', 'chat_logprobs',
-           'ServerOptions', 'ServerState', 'default_served_names', 'APIKeyMiddleware', 'ServerGuard',
-           'ClientDisconnected', 'run_until_disconnect', 'merge_async_iterators', 'sse', 'usage',
-           'prompt_tokens_details', 'stream_usage', 'should_include_usage', 'prompt_logprobs_json',
-           'vllm_choice_extras', 'chat_message', 'echo_choice', 'beam_search_params', 'check_tool_choice',
-           'load_prompt_embeds', 'tokenize_prompt', 'prepare_completion', 'completion_full', 'completion_stream',
-           'render_chat', 'prepare_chat', 'chat_full', 'chat_stream', 'check_chat_template', 'echo_text',
-           'system_fingerprint', 'build_app', 'model_card', 'tokenizer_info', 'tracked_load', 'threading_main',
-           'cmd_serve', 'add_cli', 'ServerShuttingDown']
+__all__ = ['logger', 'TokenId', 'SSE_DONE', 'SERVER_EXTENSIONS', 'APIError', 'invalid', 'error_response', 'sanitize_message',
+           'clean_loc', 'vllm_validation_error', 'http_error_body', 'OpenAIBaseModel', 'StreamOptions',
+           'SamplingFields', 'CompletionRequest', 'FunctionDefinition', 'ChatCompletionToolsParam',
+           'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest', 'JsonSchemaResponseFormat',
+           'ResponseFormat', 'structured_outputs_from_request', 'raise_on_engine_error', 'bad_request',
+           'logit_bias_ids', 'to_sampling_params', 'max_chars_per_token', 'check_text_length', 'check_truncation',
+           'truncate_ids', 'check_max_tokens', 'check_length', 'ServerLimits', 'add_limit_args', 'num_prompts',
+           'check_logprobs_limit', 'check_limits', 'completion_logprobs', 'chat_logprobs', 'ServerOptions',
+           'ServerState', 'default_served_names', 'APIKeyMiddleware', 'ServerGuard', 'ClientDisconnected',
+           'run_until_disconnect', 'merge_async_iterators', 'sse', 'usage', 'prompt_tokens_details', 'stream_usage',
+           'should_include_usage', 'prompt_logprobs_json', 'vllm_choice_extras', 'chat_message', 'echo_choice',
+           'beam_search_params', 'check_tool_choice', 'forced_tool_schema', 'load_prompt_embeds', 'tokenize_prompt',
+           'prepare_completion', 'completion_full', 'completion_stream', 'render_chat', 'prepare_chat',
+           'make_chat_parser', 'chat_choice', 'stream_delta', 'chat_full', 'chat_stream', 'check_chat_template',
+           'echo_text', 'system_fingerprint', 'resolve_parsers', 'load_chat_template', 'build_app', 'model_card',
+           'tokenizer_info', 'tracked_load', 'threading_main', 'cmd_serve', 'add_cli', 'ServerShuttingDown']
 
 # %% ../nbs/16_server.ipynb #f462d722
 logger = logging.getLogger("litevllm.server")
@@ -216,6 +219,17 @@ class CompletionRequest(SamplingFields):
         if "max_tokens" in data and data["max_tokens"] is None: data = data | {"max_tokens": 16}
         return data
 
+class FunctionDefinition(OpenAIBaseModel):
+    "OpenAI's function tool: `parameters` is a JSON schema object."
+    name: str
+    description: str|None = None
+    parameters: dict[str, Any]|None = None
+    strict: bool|None = None
+
+class ChatCompletionToolsParam(OpenAIBaseModel):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
 class ChatCompletionRequest(SamplingFields):
     messages: list[dict[str, Any]]
     max_tokens: int|None = None              # deprecated by OpenAI in favour of max_completion_tokens
@@ -228,8 +242,11 @@ class ChatCompletionRequest(SamplingFields):
     chat_template: str|None = None
     chat_template_kwargs: dict[str, Any]|None = None
     add_special_tokens: bool = False
-    tools: list[dict[str, Any]]|None = None
-    tool_choice: str|dict[str, Any]|None = None
+    tools: list[ChatCompletionToolsParam]|None = None
+    tool_choice: str|dict[str, Any]|None = None     # 'none' | 'auto' (the default with tools) | 'required' | a named function
+    parallel_tool_calls: bool|None = True           # false: a forced call is one call
+    include_reasoning: bool = True                  # vLLM: with --reasoning-parser, the message's `reasoning` (false: dropped)
+    reasoning_effort: str|None = None               # handed to the chat template (and enable_thinking, as vLLM does)
 
     @model_validator(mode="before")
     @classmethod
@@ -241,7 +258,19 @@ class ChatCompletionRequest(SamplingFields):
             if (top == -1 or top > 0) and not data.get("logprobs"): _refuse("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
         if data.get("continue_final_message") and data.get("add_generation_prompt", True):
             _refuse("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+        so = data.get("structured_outputs")
+        if isinstance(so, dict) and sum(so.get(k) is not None for k in ("json", "regex", "choice")) > 0 \
+           and data.get("tool_choice", "none") not in ("none", "auto", "required"):
+            _refuse("You can only either use constraints for structured outputs or tools, not both.")
         return data
+
+    @model_validator(mode="after")
+    def _check_tools(self):
+        "vLLM's tool checks (tools given means tool_choice 'auto'), then ours: names unique, parameters an object schema."
+        tools = [t.model_dump(exclude_none=True) for t in self.tools] if self.tools is not None else None
+        self.tool_choice = check_tool_usage(tools, self.tool_choice)
+        check_tools(tools)
+        return self
 
 class TokenizeRequest(OpenAIBaseModel):
     "vLLM's two /tokenize bodies in one: a `prompt`, or chat `messages` (rendered with the chat template)."
@@ -502,6 +531,10 @@ class ServerOptions:
     enable_tokenizer_info_endpoint: bool = False   # GET /tokenizer_info
     enable_server_load_tracking: bool = False      # GET /load: requests being served
     trust_request_chat_template: bool = False      # render a chat template sent in a request
+    enable_auto_tool_choice: bool = False          # tool_choice "auto": parse the model's calls (needs tool_call_parser)
+    exclude_tools_when_tool_choice_none: bool = False  # tool_choice "none": the template does not see the tools
+    tool_call_parser: str|None = None              # hermes | llama3_json (15a_tool_parsers)
+    chat_template: str|None = None                 # a template file (or the template itself) instead of the model's
 
 @dataclasses.dataclass
 class ServerState:
@@ -519,6 +552,9 @@ class ServerState:
     max_chars_per_token: int = 0           # the longest vocabulary entry: bounds a text's tokens before tokenizing
     vocab_size: int = 0
     system_fingerprint: str|None = None    # on a stream's last chunk and in full responses, as vLLM
+    tool_parser_cls: type|None = None      # --tool-call-parser's class
+    reasoning_parser_cls: type|None = None # --reasoning-parser's class (an engine option: structured output waits for it too)
+    chat_template: str|None = None         # --chat-template's text
 
     def __post_init__(self):
         self.max_chars_per_token = self.max_chars_per_token or max_chars_per_token(self.tokenizer)
@@ -683,9 +719,10 @@ def vllm_choice_extras(req, out, c) -> dict:
     return dict(token_ids=list(c.token_ids) if ask else None, prompt_logprobs=prompt_logprobs_json(out.prompt_logprobs),
                 prompt_token_ids=list(out.prompt_token_ids) if ask else None, routed_experts=None)
 
-def chat_message(text:str) -> dict:
-    "An assistant message as vLLM writes it: OpenAI's null fields, no empty tool_calls."
-    return dict(role="assistant", content=text, refusal=None, annotations=None, audio=None, function_call=None, reasoning=None)
+def chat_message(text:str|None, reasoning:str|None=None, tool_calls:list|None=None) -> dict:
+    "An assistant message as vLLM writes it: OpenAI's null fields, `tool_calls` only when there are some, vLLM's `reasoning`."
+    calls = dict(tool_calls=[t.model_dump() for t in tool_calls]) if tool_calls else {}
+    return dict(role="assistant", content=text, refusal=None, annotations=None, audio=None, function_call=None, **calls, reasoning=reasoning)
 
 def echo_choice(st, req, ch:dict, out, c, prompt_text:str):
     "Put the prompt in front of a completions choice (and its logprobs in front of the choice's logprobs)."
@@ -708,18 +745,26 @@ def beam_search_params(req:SamplingFields, params:SamplingParams) -> BeamSearchP
                             temperature=1.0 if req.temperature is None else req.temperature, length_penalty=req.length_penalty,
                             include_stop_str_in_output=req.include_stop_str_in_output, skip_special_tokens=req.skip_special_tokens)
 
-def check_tool_choice(req) -> list[dict]|None:
-    "vLLM without a tool parser: `tools` with tool_choice auto (the default) or required is a 400; 'none' renders them."
-    if req.tool_choice is not None and req.tool_choice != "none" and not req.tools:
-        raise APIError("When using `tool_choice`, `tools` must be set.", param="tool_choice")
-    if not req.tools: return None
-    choice = req.tool_choice if req.tool_choice is not None else "auto"  # vLLM: tools without tool_choice means "auto"
-    if choice == "auto":
-        raise APIError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
-    if choice != "none":
-        desc = f'function "{choice.get("function", {}).get("name")}"' if isinstance(choice, dict) else f'"{choice}"'
+def check_tool_choice(st:ServerState, req) -> list[dict]|None:
+    "vLLM's: a tool choice needs --tool-call-parser ('auto' also --enable-auto-tool-choice); the tools as the template sees them."
+    if req.tools is None: return None
+    choice = req.tool_choice
+    if choice not in (None, "none") and (st.tool_parser_cls is None or (choice == "auto" and not st.options.enable_auto_tool_choice)):
+        if choice == "auto":
+            if st.tool_parser_cls is not None: return [t.model_dump(exclude_none=True) for t in req.tools]  # shown, never parsed
+            raise APIError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+        desc = f'function "{choice["function"]["name"]}"' if isinstance(choice, dict) else f'"{choice}"'
         raise APIError(f"tool_choice={desc} requires --tool-call-parser to be set")
-    return req.tools
+    if choice == "none" and st.options.exclude_tools_when_tool_choice_none: return None
+    return [t.model_dump(exclude_none=True) for t in req.tools]
+
+def forced_tool_schema(req, tools:list[dict]|None) -> dict|None:
+    "The JSON schema a `required` or named tool choice forces (checked here: a schema xgrammar cannot compile is a 400 on `tools`)."
+    schema = get_json_schema_from_tools(req.tool_choice, tools, req.parallel_tool_calls) if tools else None
+    if schema is not None:
+        try: validate_structured_output(StructuredOutputsParams(json=schema))
+        except ValueError as e: raise APIError(f"tools: the tools' parameters are not a usable JSON schema: {e}", param="tools") from None
+    return schema
 
 # %% ../nbs/16_server.ipynb #0c031a54
 def _prompts(prompt) -> list[str|list[int]]:
@@ -876,6 +921,7 @@ def render_chat(st:ServerState, messages:list[dict], chat_template:str|None, add
     messages = _chat_messages(messages)
     if length_check: check_text_length(sum(len(m.get("content") or "") for m in messages), st.max_model_len, st.max_chars_per_token)
     kwargs = dict(kwargs or {})
+    chat_template = chat_template if chat_template is not None else st.chat_template  # --chat-template, else the model's
     try: return apply_chat_template(st.tokenizer, messages, chat_template, add_generation_prompt, tools=tools,
                                     continue_final_message=continue_final_message, **kwargs)
     except APIError: raise
@@ -883,7 +929,9 @@ def render_chat(st:ServerState, messages:list[dict], chat_template:str|None, add
 
 def prepare_chat(st:ServerState, req:ChatCompletionRequest):
     "(engine prompt, SamplingParams) for a chat request (APIError if invalid)."
-    tools = check_tool_choice(req)
+    tools = check_tool_choice(st, req)
+    if (schema := forced_tool_schema(req, tools)) is not None:  # vLLM's adjust_request: the call is forced by structured output
+        req = req.model_copy(update=dict(structured_outputs={"json": schema}, response_format=None))
     field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     check_max_tokens(max_tokens, st.max_model_len, field)
@@ -892,14 +940,51 @@ def prepare_chat(st:ServerState, req:ChatCompletionRequest):
     try: params = to_sampling_params(sreq, max_tokens, st.num_logprobs(req.top_logprobs or 0) if req.logprobs else None, req.stream)
     except ValueError as e: raise bad_request(e)
     params.prompt_logprobs = st.num_logprobs(params.prompt_logprobs)
+    if tools and req.tool_choice != "none" and st.tool_parser_cls is not None: params.skip_special_tokens = False  # tags may be special tokens
+    if st.reasoning_parser_cls is not None:  # vLLM's adjust_request (qwen3: its markers are special tokens, so keep them in the text)
+        params.skip_special_tokens = st.reasoning_parser_cls(st.tokenizer).adjust_request(req.model_copy()).skip_special_tokens and params.skip_special_tokens
+    kwargs = dict(req.chat_template_kwargs or {})
+    if req.reasoning_effort is not None:  # vLLM: the effort goes to the template, and thinking is on unless it is "none"
+        kwargs.setdefault("reasoning_effort", req.reasoning_effort); kwargs.setdefault("enable_thinking", req.reasoning_effort != "none")
     ids = render_chat(st, req.messages, req.chat_template, req.add_generation_prompt, req.continue_final_message, tools,
-                      req.chat_template_kwargs, length_check=keep is None)
+                      kwargs, length_check=keep is None)
     ids = truncate_ids(ids, keep, req.truncation_side)
     params.max_tokens = check_length(len(ids), max_tokens, st.max_model_len, "messages", field)
     prompt = {"prompt_token_ids": ids, "prompt": st.tokenizer.decode(ids)} | ({"cache_salt": req.cache_salt} if req.cache_salt is not None else {})
     try: st.engine.engine.input_processor.process_inputs("check", prompt, params, priority=req.priority)
     except ValueError as e: raise bad_request(e)
     return prompt, params
+
+# %% ../nbs/16_server.ipynb #a59307a7
+def make_chat_parser(st:ServerState, req, prompt_token_ids:list[int]|None=None) -> ChatParser|None:
+    "A fresh parser for one choice, or None when the server has no parser this request needs."
+    tools = req.tools and req.tool_choice not in (None, "none") and st.tool_parser_cls is not None
+    if st.reasoning_parser_cls is None and not tools: return None
+    return ChatParser(st.tokenizer, st.reasoning_parser_cls, st.tool_parser_cls, st.options.enable_auto_tool_choice,
+                      [t.model_dump(exclude_none=True) for t in req.tools or []], prompt_token_ids)
+
+def chat_choice(st:ServerState, req, c, prefix:str="", prompt_token_ids:list[int]|None=None) -> dict:
+    "One finished choice as vLLM writes it: the parsed message, and `tool_calls` as the finish reason when a call was made."
+    reasoning, content, calls = None, c.text, []
+    if (parser := make_chat_parser(st, req, prompt_token_ids)) is not None: reasoning, content, calls = parser.parse(c.text, req, c.token_ids)
+    if not req.include_reasoning: reasoning = None
+    forced = isinstance(req.tool_choice, dict) or req.tool_choice == "required"
+    if forced and parser is not None: content = content or ""
+    tool_calls = [ToolCall(id=f.id, function=f) if f.id else ToolCall(function=f) for f in calls]
+    finish = c.finish_reason
+    if finish == "stop" and ((calls and req.tool_choice in ("auto", None)) or (req.tool_choice == "required" and parser is not None)):
+        finish = "tool_calls"
+    text = None if content is None else prefix + content
+    return dict(index=c.index, message=chat_message(text, reasoning, tool_calls), logprobs=_chat_lps(st, req, c), finish_reason=finish,
+                stop_reason=c.stop_reason, token_ids=c.token_ids if req.return_token_ids else None, routed_experts=None)
+
+def stream_delta(dm:DeltaMessage|None) -> dict:
+    "A parser's delta as a chunk's `delta`: the fields it set (an empty one is `{}`, as vLLM sends at a silent finish)."
+    if dm is None: return {}
+    d = dm.model_dump(exclude_none=True)
+    if not d.get("tool_calls"): d.pop("tool_calls", None)
+    else: d = {"content": dm.content} | d  # vLLM's call deltas say "content": null
+    return d
 
 # %% ../nbs/16_server.ipynb #6a0a053a
 def _chat_lps(st, req, c):
@@ -909,10 +994,7 @@ def _chat_lps(st, req, c):
 async def chat_full(st:ServerState, req:ChatCompletionRequest, prompt, params, rid:str, model:str) -> dict:
     final = await _final(st, req, prompt, params, rid)
     prefix = echo_text(req)
-    choices = [dict(index=c.index, message=chat_message(prefix + c.text), logprobs=_chat_lps(st, req, c),
-                    finish_reason=c.finish_reason, stop_reason=c.stop_reason, token_ids=c.token_ids if req.return_token_ids else None,
-                    routed_experts=None)
-               for c in sorted(final.outputs, key=lambda c: c.index)]
+    choices = [chat_choice(st, req, c, prefix, final.prompt_token_ids) for c in sorted(final.outputs, key=lambda c: c.index)]
     return dict(id=rid, object="chat.completion", created=int(time.time()), model=model, choices=choices, service_tier=None,
                 system_fingerprint=st.system_fingerprint,
                 usage=usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs), _cached(st, final), chat=True),
@@ -925,6 +1007,7 @@ async def chat_stream(st:ServerState, req:ChatCompletionRequest, prompt, params,
     created = int(time.time())
     include_usage, continuous = should_include_usage(req.stream_options, st.options.enable_force_include_usage)
     n_prompt, n_gen, cached, done = len(prompt["prompt_token_ids"]), [0] * req.n, None, set()
+    parsers = [make_chat_parser(st, req, prompt["prompt_token_ids"]) for _ in range(req.n)]  # one per choice: they keep stream state
     def chunk(choices, **extra): return sse(dict(id=rid, object="chat.completion.chunk", created=created, model=model, choices=choices) | extra)
     def cont(i): return dict(prompt_tokens=n_prompt, total_tokens=n_prompt + n_gen[i], completion_tokens=n_gen[i], completion_tokens_details=None)
     try:
@@ -942,7 +1025,13 @@ async def chat_stream(st:ServerState, req:ChatCompletionRequest, prompt, params,
             for c in out.outputs:
                 if c.index in done or (not c.text and not c.token_ids and not n_gen[c.index]): continue
                 n_gen[c.index] += len(c.token_ids)
-                ch = dict(index=c.index, delta=dict(content=c.text), logprobs=_chat_lps(st, req, c), finish_reason=c.finish_reason)
+                delta, lps, finish = dict(content=c.text), _chat_lps(st, req, c), c.finish_reason
+                if (parser := parsers[c.index]) is not None:  # reasoning and tool calls, split as they stream
+                    dm = parser.parse_delta(c.text, c.token_ids, req, finished=finish is not None)
+                    if dm is None and finish is None and lps is None and not req.return_token_ids: continue  # nothing to say yet
+                    delta = stream_delta(dm)
+                    if parser.tools_streamed and not isinstance(req.tool_choice, dict) and finish == "stop": finish = "tool_calls"
+                ch = dict(index=c.index, delta=delta, logprobs=lps, finish_reason=finish)
                 if c.finish_reason is not None: ch["stop_reason"] = c.stop_reason; done.add(c.index)
                 ch["token_ids"] = list(c.token_ids) if req.return_token_ids else None
                 extra = dict(system_fingerprint=st.system_fingerprint) if not include_usage and c.finish_reason is not None else {}
@@ -973,6 +1062,31 @@ def system_fingerprint(engine:AsyncLLM) -> str:
     key = f"{c.model_path}|{c.dtype}|{c.max_model_len}|{c.args.seed}"
     return f"litevllm-{litevllm.__version__}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
+SERVER_EXTENSIONS = ("litevllm.responses",)  # modules of later chapters whose `add_routes(app, st)` build_app calls
+
+def resolve_parsers(options:ServerOptions, reasoning_parser:str|None) -> dict:
+    "The tool and reasoning parser classes the flags name (ValueError, as vLLM's start-up checks, for a bad combination or name)."
+    if options.enable_auto_tool_choice and not options.tool_call_parser:
+        raise ValueError("--enable-auto-tool-choice requires --tool-call-parser")
+    res = dict(tool_parser_cls=None, reasoning_parser_cls=None)
+    if options.tool_call_parser:
+        try: res["tool_parser_cls"] = ToolParserManager.get_tool_parser(options.tool_call_parser)
+        except KeyError: raise ValueError(f"invalid tool call parser: {options.tool_call_parser} "
+                                          f"(chose from {{ {', '.join(ToolParserManager.list_registered())} }})") from None
+    if reasoning_parser:
+        try: res["reasoning_parser_cls"] = ReasoningParserManager.get_reasoning_parser(reasoning_parser)
+        except KeyError: raise ValueError(f"invalid reasoning parser: {reasoning_parser} "
+                                          f"(chose from {{ {', '.join(ReasoningParserManager.list_registered())} }})") from None
+    return res
+
+def load_chat_template(template:str|None) -> str|None:
+    "vLLM's --chat-template: a file's path, or the template itself (anything with braces or a newline)."
+    if template is None: return None
+    if any(c in template for c in "{}\n"): return template
+    try: return open(template, encoding="utf-8").read()
+    except OSError as e: raise ValueError(f"The supplied chat template ({template}) looks like a file path, but it failed to be opened. "
+                                          f"Reason: {e}") from None
+
 def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:str|None=None, limits:ServerLimits|None=None,
               trust_request_chat_template:bool=False, options:ServerOptions|None=None) -> FastAPI:
     "The OpenAI-compatible app over one AsyncLLM."
@@ -983,7 +1097,9 @@ def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:s
     options = options or ServerOptions()
     if trust_request_chat_template: options = dataclasses.replace(options, trust_request_chat_template=True)
     st = ServerState(engine, names, accepted, engine.tokenizer, engine.max_model_len, limits or ServerLimits(), options,
-                     ThreadPoolExecutor(2, thread_name_prefix="litevllm-tokenize"), system_fingerprint=system_fingerprint(engine))
+                     ThreadPoolExecutor(2, thread_name_prefix="litevllm-tokenize"), system_fingerprint=system_fingerprint(engine),
+                     **resolve_parsers(options, getattr(engine.vllm_config.args, "reasoning_parser", None)),
+                     chat_template=load_chat_template(options.chat_template))
     app = FastAPI(title="litevllm", version=litevllm.__version__)
     app.state.server = st
 
@@ -1012,6 +1128,10 @@ def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:s
     if api_key: app.add_middleware(APIKeyMiddleware, api_key=api_key)
     app.add_middleware(ServerGuard, state=st)  # added last: outermost
     _add_routes(app, st)
+    for mod in SERVER_EXTENSIONS:  # later chapters' routes (17_responses), as 15_cli finds the later commands
+        try: m = __import__(mod, fromlist=["add_routes"])
+        except ImportError: continue
+        m.add_routes(app, st)
     return app
 
 # %% ../nbs/16_server.ipynb #ef8288f2
@@ -1158,6 +1278,8 @@ def cmd_serve(ns) -> int:
     model = ns.model or ns.model_flag
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(name)s: %(message)s")
     warn_vllm_noops(ns)
+    resolve_parsers(ServerOptions(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerOptions)}), ns.reasoning_parser)
+    load_chat_template(ns.chat_template)  # both checked before the engine starts: a typo fails in a second
     names = ns.served_model_name or default_served_names(model)
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_kwargs(ns)), served_model_name=names[0],
                                       usage_context="openai_api_server")  # vLLM's server defaults (the step budget on CPU)
@@ -1185,8 +1307,9 @@ def add_cli(subparsers):
     p.add_argument("--served-model-name", nargs="+", default=None, help="the name(s) clients use for the model")
     p.add_argument("--uvicorn-log-level", default="info", choices=["critical", "error", "warning", "info", "debug", "trace"])
     p.add_argument("--disable-uvicorn-access-log", action="store_true")
-    for f in dataclasses.fields(ServerOptions):  # vLLM's front-end switches: --enable-prompt-tokens-details, ...
-        p.add_argument("--" + f.name.replace("_", "-"), action="store_true", help=f"vLLM's {f.name} (off by default)")
+    for f in dataclasses.fields(ServerOptions):  # vLLM's front-end switches: --enable-prompt-tokens-details, ..., --tool-call-parser
+        if f.type in (bool, "bool"): p.add_argument("--" + f.name.replace("_", "-"), action="store_true", help=f"vLLM's {f.name} (off by default)")
+        else: p.add_argument("--" + f.name.replace("_", "-"), default=None, help=f"vLLM's {f.name}")
     add_limit_args(p)
     p.add_argument("--shutdown-timeout", type=float, default=10.0, help="seconds in-flight requests get to finish on SIGTERM")
     add_engine_args(p)

@@ -16,6 +16,7 @@ from .sampling_params import SamplingParams, StructuredOutputsParams
 from .exceptions import VLLMValidationError
 from .inputs import get_tokenizer
 from .request import Request, RequestStatus
+from .reasoning import ReasoningParser, ReasoningParserManager
 
 logger = logging.getLogger("litevllm")
 
@@ -143,6 +144,7 @@ class StructuredOutputRequest:
     "A request's constraint and its grammar (a Future while compiling, then the grammar or the compile error)."
     params: StructuredOutputsParams
     _grammar: Future|XgrammarGrammar|Exception|None = None
+    reasoning_ended: bool|None = None   # with a reasoning parser: has the model finished thinking? (None: not asked yet)
 
     def _check_grammar_completion(self) -> bool:
         if isinstance(self._grammar, Future):
@@ -167,23 +169,42 @@ class StructuredOutputRequest:
 # %% ../nbs/04a_structured_output.ipynb #a4bbea38
 class StructuredOutputManager:
     "Compiles each structured request's grammar off the engine loop and fills the per-step token bitmask (vLLM V1's)."
-    def __init__(self, vllm_config=None, tokenizer=None, vocab_size:int|None=None, max_num_seqs:int|None=None):
+    def __init__(self, vllm_config=None, tokenizer=None, vocab_size:int|None=None, max_num_seqs:int|None=None,
+                 reasoning_parser:str|None=None):  # default: the config's; a grammar then waits for its request's reasoning to end
         self.vllm_config, self._tokenizer = vllm_config, tokenizer
         self.vocab_size = vocab_size     # None: the model's, read when the backend is built
         self.max_num_seqs = max_num_seqs or getattr(vllm_config, "max_num_seqs", 256)
         self.backend: XgrammarBackend|None = None
-        self._backend_lock = threading.Lock()
+        self._backend_lock = threading.RLock()
         self.executor = ThreadPoolExecutor(max_workers=max(1, ((os.cpu_count() or 1) + 1) // 2), thread_name_prefix="litevllm-grammar")
         self._grammar_bitmask: torch.Tensor|None = None
+        name = reasoning_parser or getattr(vllm_config, "reasoning_parser", None)
+        self.reasoner_cls: type[ReasoningParser]|None = None
+        if name:
+            try: self.reasoner_cls = ReasoningParserManager.get_reasoning_parser(name)
+            except KeyError:
+                raise VLLMValidationError(f"reasoning_parser {name!r} is not a registered reasoning parser (registered: "
+                                          f"{', '.join(ReasoningParserManager.list_registered())})", parameter="reasoning_parser", value=name) from None
+        self._reasoner: ReasoningParser|None = None
+
+    def _get_tokenizer(self):
+        with self._backend_lock:
+            if self._tokenizer is None: c = self.vllm_config; self._tokenizer = get_tokenizer(c.tokenizer or c.model_path)
+        return self._tokenizer
 
     def _get_backend(self) -> XgrammarBackend:
         with self._backend_lock:
             if self.backend is None:
-                tok = self._tokenizer
-                if tok is None: c = self.vllm_config; tok = get_tokenizer(c.tokenizer or c.model_path)
+                tok = self._get_tokenizer()
                 if self.vocab_size is None: self.vocab_size = self.vllm_config.hf_config.vocab_size
                 self.backend = XgrammarBackend(tok, self.vocab_size)
         return self.backend
+
+    @property
+    def reasoner(self) -> ReasoningParser|None:
+        "The reasoning parser (one for all requests: its answers on token ids keep no state)."
+        if self.reasoner_cls is not None and self._reasoner is None: self._reasoner = self.reasoner_cls(self._get_tokenizer())
+        return self._reasoner
 
     def shutdown(self):
         "Stop the compile pool (compiles not started are cancelled); the engine core calls it when it shuts down."
@@ -212,13 +233,36 @@ class StructuredOutputManager:
         bm = self._grammar_bitmask
         for i, rid in enumerate(structured_output_request_ids):
             g = requests[rid].structured_output_request.grammar
-            if g.is_terminated(): bm[i].fill_(-1)   # all ones: nothing masked
+            if g.is_terminated() or self._in_reasoning(requests[rid]): bm[i].fill_(-1)   # all ones: nothing masked
             else: g.fill_bitmask(bm, i)
         return bm[:n].clone()  # the buffer is reused next step
 
     def accept_tokens(self, request:Request, tokens:list[int]) -> bool:
-        "Advance the request's matcher; False if its grammar refuses a token."
-        return request.structured_output_request.grammar.accept_tokens(request.request_id, tokens)
+        "Advance the request's matcher by the new `tokens` (already appended), past its reasoning; False if its grammar refuses one."
+        if not tokens or (start := self._grammar_start(request, tokens)) is None: return True
+        request.structured_output_request.reasoning_ended = True
+        return request.structured_output_request.grammar.accept_tokens(request.request_id, tokens[start:])
+
+    def _in_reasoning(self, request:Request) -> bool:
+        "Is the model still thinking (its grammar then neither masks nor sees tokens)? The prompt is asked first: a template may have closed the reasoning."
+        sor = request.structured_output_request
+        if self.reasoner_cls is None or sor.reasoning_ended: return False
+        if sor.reasoning_ended is None: sor.reasoning_ended = self.reasoner.is_reasoning_end(request.prompt_token_ids)
+        return not sor.reasoning_ended
+
+    def _grammar_start(self, request:Request, tokens:list[int]) -> int|None:
+        "Where the grammar's part of the new `tokens` begins (after the end marker); None: all of them are reasoning."
+        if not self._in_reasoning(request): return 0
+        r = self.reasoner
+        if (end := r.find_reasoning_end(tokens)) is not None:   # the end token's id tells (Qwen3's)
+            if end.offset == len(tokens): return None
+            return end.offset if end.implicit else end.offset + 1   # an implicit end (`<tool_call>`) is the grammar's too
+        ids = list(request.all_token_ids)
+        if not r.is_reasoning_end_streaming(ids, tokens): return None
+        for i in range(len(tokens) - 1, 0, -1):   # several new tokens: find the one that ended the reasoning (vLLM's way)
+            ids.pop()
+            if not r.is_reasoning_end_streaming(ids, tokens[:i]): return i + 1
+        return 1
 
     def should_advance(self, request:Request) -> bool:
         return request.use_structured_output and isinstance(request.structured_output_request.grammar, XgrammarGrammar)

@@ -31,3 +31,13 @@ def _engine_in_process(request):
     finally:
         if old is None: os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
         else: os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = old
+
+
+@pytest.fixture(scope="module")
+def agents_engine():
+    "The default model as an AsyncLLM (float32, a 256 MB KV pool): the engine of the tool-calling and /v1/responses tests."
+    from litevllm.async_llm import AsyncLLM, AsyncEngineArgs
+    eng = AsyncLLM.from_engine_args(AsyncEngineArgs(max_model_len=2048, dtype="float32", seed=0, kv_cache_memory_bytes=256 * 2**20),
+                                    served_model_name="SmolLM2-135M-Instruct")
+    yield eng
+    eng.shutdown()

@@ -102,10 +102,18 @@ def test_launch_command_values(caplog):
 
 
 @pytest.mark.parametrize("cmd", ["serve M --quantization awq", "serve M -q awq", "serve M --enable-lora --lora-modules a=/x",
-                                 "serve M --speculative-config '{\"method\": \"ngram\"}'", "serve M --enable-auto-tool-choice --tool-call-parser hermes",
-                                 "serve M --reasoning-parser deepseek_r1", "serve M --chat-template t.jinja", "serve M --kv-cache-dtype fp8",
+                                 "serve M --speculative-config '{\"method\": \"ngram\"}'", "serve M --tool-parser-plugin p.py",
+                                 "serve M --reasoning-parser-plugin p.py", "serve M --chat-template-content-format openai", "serve M --kv-cache-dtype fp8",
                                  "serve M --revision main", "serve M --ssl-keyfile k.pem --ssl-certfile c.pem",
                                  "serve M --swap-space 4", "serve M --disable-log-requests"])  # the last two: gone before vLLM 0.32, which refuses them too
 def test_refused_launch_commands(cmd, capsys):
     with pytest.raises(SystemExit) as e: parse(cmd)
     assert e.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_agent_launch_command():
+    "vLLM's documented tool-calling launch parses, with every agent flag where litevllm's code reads it."
+    ns = parse("serve M --enable-auto-tool-choice --tool-call-parser hermes --reasoning-parser deepseek_r1 --chat-template t.jinja "
+               "--exclude-tools-when-tool-choice-none")
+    assert (ns.enable_auto_tool_choice, ns.tool_call_parser, ns.reasoning_parser, ns.chat_template, ns.exclude_tools_when_tool_choice_none) == \
+           (True, "hermes", "deepseek_r1", "t.jinja", True)

@@ -184,16 +184,13 @@ def test_figure_cells_found():
     for p in ("scheduler.html", "kv_cache.html", "request_lifecycle.html"): assert figure_cells(nbs[p]) >= 1, p
 
 
-def test_every_figure_is_an_image(page, server, built):
+def test_every_figure_is_an_image(seen, built):
     "Page by page: each cell that draws gives at least one picture, every picture loads, the executed outputs all show."
     site, work = built
     for p, nb in source_notebooks().items():
         executed = json.loads((work / "docs" / p.replace(".html", ".ipynb")).read_text())
         n_png = sum("image/png" in o.get("data", {}) for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
-        page.goto(f"{server}/{p}")
-        page.wait_for_load_state("load")
-        imgs = page.locator("article img")
-        sizes = imgs.evaluate_all("es => es.map(e => [e.getAttribute('src').slice(0, 40), e.complete && e.naturalWidth])")
+        sizes = [(im["src"][:40], im["natural"]) for im in seen[p]["images"]]
         broken = [s for s, w in sizes if not w]
         assert not broken, f"{p}: images that do not load: {broken}"
         assert len(sizes) >= max(figure_cells(nb), n_png), f"{p}: {len(sizes)} images, {figure_cells(nb)} cells draw, {n_png} PNG outputs"
@@ -306,3 +303,216 @@ def test_api_reference(site):
     assert order == sorted(order), order  # as defined in the notebook, not reversed
     for f in site.glob("*.html"):
         assert "A base class for creating Pydantic models" not in f.read_text(), f  # a model's own docstring, or none
+
+
+# --- the book as a reader sees it: a screenshot of every page, and what can be checked without a person ----------------
+
+MIN_LABEL_PX = 9  # the smallest text a figure may show, in CSS px, once the page has shrunk it to its content column
+sys.path.insert(0, str(ROOT / "tools"))
+import build_docs  # the build's own screenshot and PNG helpers
+
+
+def _png_size(png): return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")  # from the IHDR chunk
+
+
+def test_screenshots_of_every_page(built):
+    "The build leaves a full-page screenshot of every page, 1400 px wide, in site/_screenshots/: the book as a reader sees it."
+    site = built[0]
+    if not CHROMIUM.exists(): pytest.skip(f"{CHROMIUM} is missing: the build takes no screenshots")
+    shots = {f.name: f for f in (site / "_screenshots").glob("*.png")}
+    for p in build_docs.site_pages(site):
+        f = shots.get(p.removesuffix(".html").replace("/", "__") + ".png")
+        assert f, f"no screenshot of {p}: {sorted(shots)}"
+        w, h = _png_size(f.read_bytes())
+        assert w == build_docs.SCREEN_WIDTH and h >= 900, (p, w, h)  # full page: at least the window's height
+
+
+_SEEN_JS = """() => {
+  const art = document.querySelector('article'), res = {images: [], stderr: []};
+  for (const img of art.querySelectorAll('img')) {  // a step-through's hidden frames: measured as they show when chosen
+    const hidden = img.style.display === 'none';
+    if (hidden) img.style.display = '';
+    const st = img.closest('.step-through');
+    res.images.push({src: img.getAttribute('src'), natural: img.complete ? img.naturalWidth : 0,
+                     shown: img.getBoundingClientRect().width, group: st ? st.id : null});
+    if (hidden) img.style.display = 'none';
+  }
+  for (const e of art.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]'))
+    res.stderr.push({text: e.innerText.slice(0, 300), marked: !!e.closest('.celltag_shows_error')});
+  res.pre = [...art.querySelectorAll('pre')].filter(p => p.scrollWidth > p.clientWidth + 1)
+    .map(p => p.innerText.split('\\n').reduce((a, b) => b.length > a.length ? b : a, ''));
+  return res;
+}"""
+
+
+@pytest.fixture(scope="module")
+def seen(browser, server, built):
+    "Every page once, at the screenshots' width: its images (bytes, natural and shown width), stderr boxes, overflowing code."
+    import base64
+    site, res = built[0], {}
+    pg = browser.new_page(viewport={"width": build_docs.SCREEN_WIDTH, "height": 900})
+    for p in build_docs.site_pages(site):
+        pg.goto(f"{server}/{p}")
+        build_docs.wait_rendered(pg)
+        r = pg.evaluate(_SEEN_JS)
+        for i, im in enumerate(r["images"]):
+            src = im["src"]
+            f = None if src.startswith("data:") else (site / p).parent / urllib.parse.unquote(src)
+            im["png"] = base64.b64decode(src.split(",", 1)[1]) if f is None else f.read_bytes() if f.is_file() else b""
+            im["where"] = f"{p} image {i} ({src[:30]}...)"
+        res[p] = r
+    pg.close()
+    return res
+
+
+def test_figure_labels_readable(seen):
+    """No figure's smallest text shows below MIN_LABEL_PX once the page has shrunk the figure to its column. The build
+    writes each figure's smallest text size (px in the PNG) into the PNG it draws (`build_docs.record_text_sizes`);
+    a figure file under nbs/images/ from a `#| slow` cell is checked when it carries that too."""
+    small, unmeasured, n = [], [], 0
+    for p, r in seen.items():
+        for im in r["images"]:
+            if not im["natural"]: continue
+            px = build_docs.png_text(im["png"]).get(build_docs.MIN_TEXT_KEY)
+            if px is None:
+                if im["src"].startswith("data:"): unmeasured.append(im["where"])  # drawn by the build: it must say
+                continue
+            n += 1
+            shown = float(px) * im["shown"] / im["natural"]
+            if shown < MIN_LABEL_PX: small.append(f"{im['where']}: smallest text {shown:.1f} px at {im['shown']:.0f} px wide")
+    assert n >= 10, f"only {n} figures carry their text size"
+    assert not unmeasured, f"figures the build drew without a text size: {unmeasured}"
+    assert not small, "labels too small to read:\n" + "\n".join(small)
+
+
+def _looks_same(a:bytes, b:bytes) -> bool:
+    "Two PNGs that show the same picture, whatever their resolution: 64×64 grey thumbnails within 0.5% of pixels."
+    import io
+    from PIL import Image
+    def thumb(png):
+        im = Image.open(io.BytesIO(png)).convert("RGBA")
+        bg = Image.new("RGBA", im.size, "white"); bg.alpha_composite(im)
+        return bg.convert("L").resize((64, 64), Image.BOX), im.size[0] / im.size[1]
+    (ta, ra), (tb, rb) = thumb(a), thumb(b)
+    if abs(ra / rb - 1) > 0.05: return False
+    differ = sum(abs(x - y) > 48 for x, y in zip(ta.tobytes(), tb.tobytes()))
+    return differ < 0.005 * 64 * 64
+
+
+def test_no_image_twice_in_a_row(seen):
+    "No picture follows itself (05_scheduler's step-through once showed its step-0 figure above its own slider too)."
+    twice = []
+    for p, r in seen.items():
+        ims = r["images"]
+        for a, b in zip(ims, ims[1:]):
+            if a["group"] and a["group"] == b["group"]: continue  # two frames of one step-through may differ by a cell
+            if not (a["natural"] and b["natural"]): continue      # a broken image: test_every_figure_is_an_image says so
+            if _looks_same(a["png"], b["png"]): twice.append(f"{a['where']} and {b['where']}")
+    assert not twice, "the same picture twice in a row:\n" + "\n".join(twice)
+
+
+def test_duplicate_check_can_fail():
+    "The check above sees one figure at two resolutions as the same, and two frames of a run as different."
+    import io
+    import matplotlib; matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+    def png(data, dpi):
+        fig, ax = plt.subplots(figsize=(6, 3)); ax.imshow(data, cmap="Blues"); ax.set_title("tokens per step")
+        b = io.BytesIO(); fig.savefig(b, format="png", dpi=dpi); plt.close(fig); return b.getvalue()
+    grid = [[8, 1, 1, 0], [8, 1, 0, 0], [8, 0, 0, 0]]
+    later = [[8, 1, 1, 1], [8, 1, 0, 5], [8, 0, 0, 0]]
+    assert _looks_same(png(grid, 60), png(grid, 200))
+    assert not _looks_same(png(grid, 100), png(later, 100))
+
+
+def test_no_red_stderr_boxes(seen):
+    """stderr in the book is a red box: only for a cell that says it shows an error (`#| error: true`). The build drops
+    progress bars and shows other stderr (log lines, warnings) as plain output (`build_docs.book_streams`)."""
+    red = [f"{p}: {e['text'][:120]!r}" for p, r in seen.items() for e in r["stderr"] if not e["marked"]]
+    assert not red, "stderr shown as an error by cells that do not say they show one:\n" + "\n".join(red)
+
+
+def test_book_streams():
+    "Progress bars go, a bare ANSI code goes, log lines stay as plain output; `#| error: true` keeps stderr."
+    bar = "\rLoading weights:   0%|          | 0/20 [00:00<?, ?it/s]\rLoading weights: 100%|##########| 20/20 [00:00<00:00, 6983.52it/s]\n"
+    log = "litevllm: the grammar of request ch refused token 7\n"
+    outs = [dict(output_type="stream", name="stdout", text="\x1b[2K\x1b[2K"), dict(output_type="stream", name="stderr", text=bar),
+            dict(output_type="stream", name="stderr", text=[log]), dict(output_type="execute_result", data={"text/plain": "1"})]
+    got = build_docs.book_streams([dict(o) for o in outs])
+    assert got == [dict(output_type="stream", name="stdout", text=log), outs[3]], got
+    assert [o.get("name") for o in build_docs.book_streams([dict(o) for o in outs], shows_error=True)] == ["stderr", None]
+
+
+_MERMAID_OVERLAPS_JS = """async src => {  // as mkdocs-material draws it: the pre's text content (a tag in it is lost)
+  document.body.innerHTML = '<div style="width:868px"><pre class="mermaid"></pre></div>';
+  const pre = document.querySelector('pre.mermaid');
+  pre.innerHTML = src;
+  mermaid.initialize({startOnLoad: false});
+  const {svg} = await mermaid.render('m' + Math.floor(Math.random() * 1e9), pre.textContent);
+  const d = document.createElement('div'); d.innerHTML = svg; pre.replaceWith(d);
+  const els = [...new Set(document.querySelectorAll('g.edgeLabel, g.node'))], res = [];
+  const bs = els.map(e => [e, e.textContent.trim(), e.getBoundingClientRect()]).filter(([e, t, r]) => t && r.width > 0 && r.height > 0);
+  for (let i = 0; i < bs.length; i++) for (let j = i + 1; j < bs.length; j++) {
+    const [ea, ta, a] = bs[i], [eb, tb, b] = bs[j];
+    if (ea.contains(eb) || eb.contains(ea)) continue;
+    if (a.left + 1 < b.right && b.left + 1 < a.right && a.top + 1 < b.bottom && b.top + 1 < a.bottom) res.push([ta, tb]);
+  }
+  return res;
+}"""
+
+
+@pytest.fixture
+def mermaid_page(browser, site):
+    "A blank page with the site's own mermaid (the content column's width: 868 px at a 1400 px window)."
+    pg = browser.new_page(viewport={"width": 1400, "height": 900})
+    pg.set_content("<div></div>")
+    pg.add_script_tag(content=(site / "assets" / "mermaid.min.js").read_text())
+    yield pg
+    pg.close()
+
+
+def test_mermaid_labels_apart(mermaid_page, site):
+    "Every mermaid diagram of the site: no edge label or node lies over another (the state diagram's grammar labels once did)."
+    import html as html_mod
+    bad, n = [], 0
+    for f in sorted(site.glob("**/*.html")):
+        for src in re.findall(r'<pre class="mermaid">(.*?)</pre>', f.read_text(), flags=re.S):
+            n += 1
+            src = re.sub(r"</?code>", "", src)  # still HTML-escaped, as it goes into the page
+            if over := mermaid_page.evaluate(_MERMAID_OVERLAPS_JS, src): bad.append(f"{f.relative_to(site)}: {over} in\n{html_mod.unescape(src)[:300]}")
+    assert n >= 3, f"only {n} mermaid diagrams found"
+    assert not bad, "overlapping labels:\n" + "\n".join(bad)
+
+
+def test_mermaid_check_can_fail(mermaid_page):
+    "The check finds the overlaps of the state diagram as it was drawn before (a top-down state diagram, long labels)."
+    import html as html_mod
+    old = """stateDiagram-v2
+    WAITING --> WAITING_FOR_FSM: structured output: grammar compiling
+    WAITING --> RUNNING: scheduled
+    WAITING_FOR_FSM --> WAITING: grammar compiled
+    WAITING_FOR_FSM --> FINISHED_ERROR: grammar failed to compile
+    WAITING --> FINISHED_IGNORED: can never fit
+    RUNNING --> FINISHED_ERROR: grammar refused a token
+    RUNNING --> PREEMPTED: out of KV blocks
+    PREEMPTED --> RUNNING: rescheduled, recomputed"""
+    assert mermaid_page.evaluate(_MERMAID_OVERLAPS_JS, html_mod.escape(old))
+
+
+def test_figures_carry_their_text_size(tmp_path):
+    "In the build's workers every PNG matplotlib writes (inline figures, savefig) says how small its smallest text is, in px."
+    code = (f"import sys, io; sys.path.insert(0, {str(ROOT / 'tools')!r}); import build_docs as b; b.record_text_sizes()\n"
+            "import matplotlib; matplotlib.use('agg'); import matplotlib.pyplot as plt\n"
+            "fig, ax = plt.subplots(figsize=(4, 3)); ax.set_title('title', fontsize=14); ax.text(0.5, 0.5, 'small', fontsize=6)\n"
+            "buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=100, bbox_inches='tight')\n"
+            f"fig.savefig({str(tmp_path / 'f.png')!r}, dpi=200); ax.texts[0].set_visible(False)\n"
+            "buf2 = io.BytesIO(); fig.savefig(buf2, format='png', dpi=100)\n"
+            f"print([b.png_text(x)[b.MIN_TEXT_KEY] for x in (buf.getvalue(), open({str(tmp_path / 'f.png')!r}, 'rb').read(), buf2.getvalue())])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["['8.33',", "'16.67',", "'13.89']"], r.stdout  # 6 pt at 100 and 200 dpi; hidden, it no longer counts
+
+
+def test_front_page_code_fits(seen):
+    "The front page's code blocks fit the content column at a 1400 px window: no sideways scrolling to read a command."
+    assert not seen["index.html"]["pre"], f"index.html: code lines too wide for the page: {seen['index.html']['pre']}"

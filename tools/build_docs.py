@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Build the documentation site offline, without Quarto: nbdev's notebook processing, then mkdocs-material + mkdocs-jupyter.
 
-    python tools/build_docs.py [--out site] [--work _mkdocs] [--no-source]
+    python tools/build_docs.py [--out site] [--work _mkdocs] [--no-source] [--no-screenshots]
 
 1. Every notebook in `nbs/` and `kernels_nbs/` (nbdev's globbing: names starting with `_` or `.` are skipped) goes through
    nbdev's own docs processors (`nbdev.processors.FilterDefaults`, what `nbdev-proc-nbs` runs): front matter from the title
@@ -17,6 +17,13 @@
 3. mkdocs builds the site (`mkdocs.yml` is written here, with a nav of the notebooks found). Nothing loads from outside:
    no Google fonts, mermaid and MathJax come from `docs_assets/`, nbconvert's CDN macros are replaced by empty ones,
    search is mkdocs-material's offline index.
+4. Every page is opened in headless Chromium (Debian's /usr/bin/chromium, offline) at 1400 px and screenshot whole into
+   `OUT/_screenshots/` (`scheduler.png`, `kernels__paged_attention.png`): the book as a reader sees it, to look at page
+   by page. Cached in `.cache/docs/screens/` by page content; `--no-screenshots` skips them.
+
+Figures: every PNG matplotlib writes while the build executes a notebook carries the size of its smallest text
+(`record_text_sizes`), so that the docs test can find labels a page shrinks below readable. Streams: progress bars are
+dropped and other stderr is shown as plain output, unless a cell says `#| error: true` (`book_streams`).
 
 By default an exported cell's source is shown after its `show_doc`s, as nbdev shows `#| exports` cells: this is a book
 about the code (cells of imports only stay hidden). `--no-source` gives nbdev's default (`show_doc` only).
@@ -108,6 +115,60 @@ def _add_site_dir_links():
                 mi.d['syms'].setdefault(mod, {}).update({k: (f'{site_dir}/{loc}', src) for k, (loc, src) in syms.items()})
     mi.d['_book'] = True
 
+MIN_TEXT_KEY = 'MinTextPx'  # PNG text chunk: height in pixels of the figure's smallest drawn text, in the PNG's own pixels
+
+def png_add_text(png:bytes, key:str, value:str) -> bytes:
+    "`png` with a tEXt chunk `key`=`value` right after its header (PNG readers skip chunks they do not know)."
+    import struct, zlib
+    if not png.startswith(b'\x89PNG\r\n\x1a\n'): return png
+    data = key.encode('latin-1') + b'\0' + value.encode('latin-1')
+    chunk = struct.pack('>I', len(data)) + b'tEXt' + data + struct.pack('>I', zlib.crc32(b'tEXt' + data) & 0xffffffff)
+    end_ihdr = 8 + 4 + 4 + struct.unpack('>I', png[8:12])[0] + 4
+    return png[:end_ihdr] + chunk + png[end_ihdr:]
+
+def png_text(png:bytes) -> dict:
+    "A PNG's tEXt chunks."
+    import struct
+    res, i = {}, 8
+    while i + 8 <= len(png):
+        n, kind = struct.unpack('>I', png[i:i + 4])[0], png[i + 4:i + 8]
+        if kind == b'tEXt':
+            k, _, v = png[i + 8:i + 8 + n].partition(b'\0'); res[k.decode('latin-1')] = v.decode('latin-1')
+        if kind == b'IDAT': break  # text chunks of interest come before the image data
+        i += 12 + n
+    return res
+
+def record_text_sizes():
+    """From now on, every PNG matplotlib writes in this process (the inline backend's figures, `savefig`) carries the
+    height in pixels of its smallest drawn text (`MIN_TEXT_KEY`): the docs test scales it to the size the page shows the
+    image at and finds labels too small to read."""
+    import io, matplotlib.text
+    from matplotlib.backend_bases import FigureCanvasBase
+    if getattr(FigureCanvasBase.print_figure, '_book', False): return
+    sizes = []  # px of each text drawn while a figure is being printed
+    draw, print_figure = matplotlib.text.Text.draw, FigureCanvasBase.print_figure
+    def text_draw(self, renderer, *args, **kwargs):
+        if self.get_visible() and self.get_text().strip() and hasattr(renderer, 'points_to_pixels'):
+            sizes.append(renderer.points_to_pixels(self.get_fontsize()))
+        return draw(self, renderer, *args, **kwargs)
+    def printed(self, filename, *args, **kwargs):
+        fmt = kwargs.get('format') or (args[4] if len(args) > 4 else None)
+        if fmt is None and isinstance(filename, (str, os.PathLike)): fmt = Path(filename).suffix[1:] or None
+        fmt = (fmt or matplotlib.rcParams['savefig.format']).lower()
+        pos = filename.tell() if isinstance(filename, io.BytesIO) else 0
+        sizes.clear()
+        res = print_figure(self, filename, *args, **kwargs)
+        if fmt != 'png' or not sizes: return res
+        value = f'{min(sizes):.2f}'
+        if isinstance(filename, io.BytesIO):
+            png = png_add_text(filename.getvalue()[pos:], MIN_TEXT_KEY, value)
+            filename.seek(pos); filename.truncate(); filename.write(png)
+        elif isinstance(filename, (str, os.PathLike)) and Path(filename).is_file():
+            Path(filename).write_bytes(png_add_text(Path(filename).read_bytes(), MIN_TEXT_KEY, value))
+        return res
+    printed._book = True
+    matplotlib.text.Text.draw, FigureCanvasBase.print_figure = text_draw, printed
+
 def _proc_one(item):
     "Run nbdev's docs processors on one notebook (`src` -> `dst`) and execute it; optionally keep exported source."
     src, dst, show_source, skip_flags, key = item
@@ -118,6 +179,7 @@ def _proc_one(item):
     if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))  # this checkout's litevllm, whatever the venv has installed
     os.environ['OMP_NUM_THREADS'] = '1'  # two notebooks at once on 2 cores (set before torch is first imported here)
     os.environ.setdefault('MPLBACKEND', 'agg')
+    record_text_sizes()
     os.chdir(src.parent)  # as nbdev-test runs a notebook; nbdev's get_config() finds pyproject.toml from there
     from fastcore.nbio import read_nb, write_nb
     from nbdev.processors import FilterDefaults, rm_export, mv_exports, add_fold, exec_show_docs
@@ -146,12 +208,17 @@ def _hash_files(paths):
     return h.hexdigest()
 
 def cache_key(src, show_source, skip_flags, common):
-    "The executed notebook's cache key: its content, the library, nbs/images/, this script and the build options."
+    "The executed notebook's cache key: its content, the library, nbs/images/, this script's part 1 and the build options."
     return hashlib.sha256(f'{common}|{_hash_files([src])}|{show_source}|{sorted(skip_flags)}'.encode()).hexdigest()[:32]
+
+def _part1_source():
+    "The source of part 1 of this script (what executes the notebooks): a change elsewhere in it re-runs no notebook."
+    txt = Path(__file__).resolve().read_text()
+    return txt[txt.index('# --- 1. '):txt.index('# --- 2. ')]
 
 def common_hash():
     files = [f for d in ('litevllm', 'nbs/images') for f in (ROOT/d).rglob('*') if f.is_file() and '__pycache__' not in f.parts]
-    return _hash_files(files + [Path(__file__).resolve(), ROOT/'pyproject.toml'])
+    return hashlib.sha256((_hash_files(files + [ROOT/'pyproject.toml']) + _part1_source()).encode()).hexdigest()
 
 def find_notebooks():
     "[(source path, folder in site)] for every notebook nbdev would document, index first."
@@ -195,6 +262,31 @@ def _plain_headings(md):
         if l.lstrip().startswith(('```', '~~~')): fence = not fence
         elif not fence and re.match(r'^#{1,6}\s', l): lines[i] = l.replace('`', '')
     return '\n'.join(lines)
+
+_re_ansi = re.compile(r'\x1b\[[0-9;?]*[A-Za-z]')
+_re_progress = re.compile(r'^[^\n|]*\d+%\|[^|]*\|\s*\d+(\.\d+)?[kMG]?/\d+(\.\d+)?[kMG]?\b')  # tqdm's bar: `desc:  45%|####  | 9/20 [...]`
+
+def _terminal_text(txt):
+    "What a terminal would show: colour codes dropped, each line as its last carriage return left it."
+    return '\n'.join(next((p for p in reversed(l.split('\r')) if p), '') for l in _re_ansi.sub('', txt).split('\n'))
+
+def book_streams(outputs, shows_error=False):
+    """A cell's outputs as the book shows them. Progress bars (tqdm on stderr) are for a reader at a terminal: dropped.
+    Other stderr (log lines, warnings) is the cell's output, not an error: shown as plain text, unless the cell says it
+    shows an error (`#| error: true`, Quarto's directive). Streams left empty (a bare ANSI code) are dropped."""
+    res = []
+    for o in outputs:
+        if o.get('output_type') != 'stream': res.append(o); continue
+        lines = _terminal_text(_source({'source': o.get('text', '')})).split('\n')
+        if o.get('name') == 'stderr': lines = [l for l in lines if not _re_progress.match(l)]
+        txt = '\n'.join(lines)
+        if not txt.strip(): continue
+        name = 'stderr' if o.get('name') == 'stderr' and shows_error else 'stdout'
+        if res and res[-1].get('output_type') == 'stream' and res[-1]['name'] == name:
+            prev = _source({'source': res[-1]['text']})
+            res[-1]['text'] = prev + ('' if prev.endswith('\n') else '\n') + txt
+        else: res.append({'output_type': 'stream', 'name': name, 'text': txt})
+    return res
 
 def convert(nb_path, src_rel, page, pages, doc_url, show_source=True):
     "Rewrite the nbdev-processed notebook at `nb_path` for mkdocs-jupyter; returns the page title."
@@ -242,7 +334,10 @@ def convert(nb_path, src_rel, page, pages, doc_url, show_source=True):
             d, body = _directives(src)
             if d.get('include') == 'false': continue
             if d.get('output') == 'false': c['outputs'] = []
+            shows_error = d.get('error') == 'true'
+            c['outputs'] = book_streams(c.get('outputs', []), shows_error)
             tags = c['metadata'].setdefault('tags', [])
+            if shows_error: tags.append('shows_error')  # the page marks the cell: its red stderr box is meant
             if d.get('echo') == 'false' or not body.strip(): tags.append('remove_input')
             if not tags: c['metadata'].pop('tags')
             c['source'] = body
@@ -277,6 +372,8 @@ MATHJAX_CONFIG = """window.MathJax = {
 
 EXTRA_CSS = """/* code cells are wide: give the content more room than mkdocs-material's default 61rem */
 .md-grid { max-width: 90rem; }
+/* code blocks in prose (and show_doc signatures) at the code cells' size, not 16px: a 100-character line fits the column */
+.jupyter-wrapper .jp-RenderedMarkdown .highlight pre { font-size: var(--jp-code-font-size); }
 """
 
 EMPTY_MACROS = {  # nbconvert's templates load these from CDNs; our pages get them from docs_assets/ instead
@@ -310,8 +407,8 @@ def write_yaml(d, path):
     txt = txt.replace("'!!python/name:pymdownx.superfences.fence_code_format'", '!!python/name:pymdownx.superfences.fence_code_format')
     path.write_text(txt)
 
-def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2, quiet=False, use_cache=True):
-    "Build the site from the notebooks into `out`; returns the nav."
+def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2, quiet=False, use_cache=True, shots=True):
+    "Build the site from the notebooks into `out` (and its screenshots into `out/_screenshots/`); returns the nav."
     t0, out, work = time.time(), Path(out).resolve(), Path(work).resolve()
     from nbdev.config import get_config
     from fastcore.parallel import parallel
@@ -368,7 +465,98 @@ def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2,
     mkdocs = [sys.executable, '-m', 'mkdocs', 'build', '--clean', '--quiet', '-f', str(work/'mkdocs.yml')]
     subprocess.run(mkdocs, check=True, env=env, cwd=work)
     if not quiet: print(f'built {len(nbs)} notebooks into {out} in {time.time() - t0:.1f}s')
+    if shots: screenshots(out, n_workers=n_workers, use_cache=use_cache, quiet=quiet)
     return nav
+
+# --- 4. the pages as a reader sees them ---------------------------------------------------------------------------------
+
+CHROMIUM = Path('/usr/bin/chromium')  # Debian's package (`make setup-browser`): nothing downloads a browser build
+# offline: every host name fails to resolve except the local server's address
+CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+                 '--disable-component-update', '--disable-sync', '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1']
+SCREEN_WIDTH = 1400  # px: a laptop's browser window
+
+class serve_site:
+    "`with serve_site(site) as url:` the site over HTTP on a free local port (search and mermaid want http, not file:)."
+    def __init__(self, site): self.site = Path(site)
+    def __enter__(self):
+        import functools, http.server, threading
+        class Quiet(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *args): pass
+        self.httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(Quiet, directory=str(self.site)))
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return f'http://127.0.0.1:{self.httpd.server_address[1]}'
+    def __exit__(self, *exc): self.httpd.shutdown(); self.httpd.server_close()
+
+def site_pages(site):
+    "Every page of the built site, as a path in it (404.html and the search page aside)."
+    site = Path(site)
+    return sorted(str(f.relative_to(site)).replace(os.sep, '/') for f in site.glob('**/*.html')
+                  if f.name != '404.html' and not f.relative_to(site).parts[0].startswith(('_', 'search', 'assets')))
+
+def wait_rendered(page, timeout=20_000):
+    "Until the page is as a reader sees it: images loaded, mermaid drawn (mkdocs-material swaps each pre.mermaid for a div), MathJax done."
+    page.wait_for_load_state('load')
+    page.wait_for_function("""() => [...document.querySelectorAll('article img')].every(i => i.complete)
+        && !document.querySelector('article pre.mermaid')""", timeout=timeout)
+    page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")  # evaluate awaits the promise
+
+def _shot_key(site, name, width):
+    "A page's screenshot is redone only when the page, a local file it shows, or this script changed."
+    f = site/name
+    html_text = f.read_bytes()
+    h = hashlib.sha256(html_text + f'|{width}|'.encode() + Path(__file__).resolve().read_bytes())
+    for src in sorted(set(re.findall(rb'<img[^>]+src="([^":]+)"', html_text))):
+        img = (f.parent/src.decode()).resolve()
+        if img.is_file(): h.update(img.read_bytes())
+    return h.hexdigest()[:32]
+
+def _shoot(args):
+    "Screenshots of some pages in one browser (a worker of `screenshots`): [(name, PNG path)]."
+    site, url, names, out, width = args
+    from playwright.sync_api import sync_playwright
+    res = []
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        pg = b.new_page(viewport={'width': width, 'height': 900})
+        for name, f in names:
+            pg.goto(f'{url}/{name}')
+            try: wait_rendered(pg)
+            except Exception as e: print(f'screenshot of {name}: not fully rendered ({type(e).__name__}); taken as it is')
+            pg.screenshot(path=str(f), full_page=True)
+            res.append((name, f))
+        b.close()
+    return res
+
+def screenshots(site, out=None, width=SCREEN_WIDTH, pages=None, n_workers=2, use_cache=True, quiet=False):
+    """Full-page screenshots of the site's pages in headless Chromium, `width` px wide, into `out` (default
+    `site/_screenshots/`; `kernels/x.html` -> `kernels__x.png`): the book as a reader sees it, page by page. Cached in
+    `.cache/docs/screens/` by each page's content, so a rebuild only shoots the pages that changed. Returns the PNGs."""
+    if not CHROMIUM.exists():
+        if not quiet: print(f'no screenshots: {CHROMIUM} is missing (`make setup-browser`)')
+        return []
+    from concurrent.futures import ThreadPoolExecutor
+    t0, site = time.time(), Path(site)
+    out, cache = Path(out) if out else site/'_screenshots', CACHE/'screens'
+    if out.exists(): shutil.rmtree(out)
+    out.mkdir(parents=True); cache.mkdir(parents=True, exist_ok=True)
+    todo, res = [], []
+    for name in pages or site_pages(site):
+        f, key = out/(name.removesuffix('.html').replace('/', '__') + '.png'), _shot_key(site, name, width)
+        if use_cache and (cache/f'{key}.png').exists(): shutil.copy(cache/f'{key}.png', f)
+        else: todo.append((name, f, key))
+        res.append(f)
+    if todo:
+        with serve_site(site) as url, ThreadPoolExecutor(n_workers) as ex:  # a browser per thread: playwright's sync API is per thread
+            shards = [[(n, f) for n, f, _ in todo[i::n_workers]] for i in range(n_workers)]
+            list(ex.map(_shoot, [(site, url, s, out, width) for s in shards if s]))
+        for _, f, key in todo: shutil.copy(f, cache/f'{key}.png')
+    if use_cache:  # keep only this site's screenshots
+        keep = {f'{_shot_key(site, n, width)}.png' for n in (pages or site_pages(site))}
+        for f in cache.glob('*.png'):
+            if f.name not in keep and not pages: f.unlink()
+    if not quiet: print(f'{len(res)} screenshots ({width} px wide, {len(todo)} new) in {out} in {time.time() - t0:.1f}s')
+    return res
 
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -378,9 +566,10 @@ if __name__ == '__main__':
     p.add_argument('--no-source', action='store_true', help="nbdev's default: show_doc only, no exported source")
     p.add_argument('--n-workers', type=int, default=2)
     p.add_argument('--no-cache', action='store_true', help='execute every notebook, ignoring .cache/docs/')
+    p.add_argument('--no-screenshots', action='store_true', help='skip the full-page screenshots (OUT/_screenshots/)')
     a = p.parse_args()
     # run as the module `build_docs`, not `__main__`, so spawned workers can unpickle `_proc_one` by name
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import build_docs
     build_docs.build(Path(a.out).resolve(), Path(a.work).resolve(), show_source=not a.no_source, n_workers=a.n_workers,
-                     use_cache=not a.no_cache)
+                     use_cache=not a.no_cache, shots=not a.no_screenshots)
