@@ -14,7 +14,7 @@ from pydantic import Field, ValidationError, model_validator
 from .async_llm import EngineDeadError, EngineGenerateError
 from .exceptions import VLLMValidationError
 from .reasoning import DeltaMessage, make_tool_call_id
-from .server import (APIError, ChatCompletionRequest, OpenAIBaseModel, ServerState, _outputs, chat_logprobs, clean_loc,
+from .server import (APIError, _refuse, ChatCompletionRequest, OpenAIBaseModel, ServerState, _outputs, chat_logprobs, clean_loc,
                      make_chat_parser, prepare_chat, raise_on_engine_error, run_until_disconnect, tracked_load)
 
 # %% auto #0
@@ -28,7 +28,6 @@ __all__ = ['logger', 'ResponsesRequest', 'input_messages', 'StoredResponse', 'Re
 logger = logging.getLogger("litevllm.responses")
 _INT64 = 2**63
 
-def _refuse(message:str, param:str|None=None, value=None): raise VLLMValidationError(message, parameter=param, value=value)
 
 def _tool_name(t) -> str|None: return t.get("name") if isinstance(t, dict) else None
 
