@@ -45,11 +45,12 @@ __all__ = ['logger', 'TokenId', 'SSE_DONE', 'SERVER_EXTENSIONS', 'APIError', 'in
            'ServerState', 'default_served_names', 'APIKeyMiddleware', 'ServerGuard', 'ClientDisconnected',
            'run_until_disconnect', 'merge_async_iterators', 'sse', 'usage', 'prompt_tokens_details', 'stream_usage',
            'should_include_usage', 'prompt_logprobs_json', 'vllm_choice_extras', 'chat_message', 'echo_choice',
-           'beam_search_params', 'check_tool_choice', 'forced_tool_schema', 'load_prompt_embeds', 'tokenize_prompt',
-           'prepare_completion', 'completion_full', 'completion_stream', 'render_chat', 'prepare_chat',
-           'make_chat_parser', 'chat_choice', 'stream_delta', 'chat_full', 'chat_stream', 'check_chat_template',
-           'echo_text', 'system_fingerprint', 'resolve_parsers', 'load_chat_template', 'build_app', 'model_card',
-           'tokenizer_info', 'tracked_load', 'threading_main', 'cmd_serve', 'add_cli', 'ServerShuttingDown']
+           'beam_search_params', 'tool_dicts', 'check_tool_choice', 'forced_tool_schema', 'load_prompt_embeds',
+           'tokenize_prompt', 'prepare_completion', 'completion_full', 'completion_stream', 'render_chat',
+           'prepare_chat', 'make_chat_parser', 'chat_choice', 'stream_delta', 'chat_full', 'chat_stream',
+           'check_chat_template', 'echo_text', 'system_fingerprint', 'resolve_parsers', 'load_chat_template',
+           'build_app', 'model_card', 'tokenizer_info', 'tracked_load', 'threading_main', 'cmd_serve', 'add_cli',
+           'ServerShuttingDown']
 
 # %% ../nbs/16_server.ipynb #f462d722
 logger = logging.getLogger("litevllm.server")
@@ -745,18 +746,20 @@ def beam_search_params(req:SamplingFields, params:SamplingParams) -> BeamSearchP
                             temperature=1.0 if req.temperature is None else req.temperature, length_penalty=req.length_penalty,
                             include_stop_str_in_output=req.include_stop_str_in_output, skip_special_tokens=req.skip_special_tokens)
 
+def tool_dicts(req) -> list[dict]:
+    "A request's tools as plain dicts (what templates and parsers read)."
+    return [t.model_dump(exclude_none=True) for t in req.tools or []]
+
 def check_tool_choice(st:ServerState, req) -> list[dict]|None:
-    "vLLM's: a tool choice needs --tool-call-parser ('auto' also --enable-auto-tool-choice); the tools as the template sees them."
+    "vLLM's: a tool choice other than 'none' needs --tool-call-parser; the tools as the template sees them."
     if req.tools is None: return None
     choice = req.tool_choice
-    if choice not in (None, "none") and (st.tool_parser_cls is None or (choice == "auto" and not st.options.enable_auto_tool_choice)):
-        if choice == "auto":
-            if st.tool_parser_cls is not None: return [t.model_dump(exclude_none=True) for t in req.tools]  # shown, never parsed
-            raise APIError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+    if st.tool_parser_cls is None and choice != "none":
+        if choice == "auto": raise APIError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
         desc = f'function "{choice["function"]["name"]}"' if isinstance(choice, dict) else f'"{choice}"'
         raise APIError(f"tool_choice={desc} requires --tool-call-parser to be set")
     if choice == "none" and st.options.exclude_tools_when_tool_choice_none: return None
-    return [t.model_dump(exclude_none=True) for t in req.tools]
+    return tool_dicts(req)  # with a parser but no --enable-auto-tool-choice, "auto" tools are shown and never parsed, as in vLLM
 
 def forced_tool_schema(req, tools:list[dict]|None) -> dict|None:
     "The JSON schema a `required` or named tool choice forces (checked here: a schema xgrammar cannot compile is a 400 on `tools`)."
@@ -940,9 +943,8 @@ def prepare_chat(st:ServerState, req:ChatCompletionRequest):
     try: params = to_sampling_params(sreq, max_tokens, st.num_logprobs(req.top_logprobs or 0) if req.logprobs else None, req.stream)
     except ValueError as e: raise bad_request(e)
     params.prompt_logprobs = st.num_logprobs(params.prompt_logprobs)
-    if tools and req.tool_choice != "none" and st.tool_parser_cls is not None: params.skip_special_tokens = False  # tags may be special tokens
-    if st.reasoning_parser_cls is not None:  # vLLM's adjust_request (qwen3: its markers are special tokens, so keep them in the text)
-        params.skip_special_tokens = st.reasoning_parser_cls(st.tokenizer).adjust_request(req.model_copy()).skip_special_tokens and params.skip_special_tokens
+    for cls in (st.tool_parser_cls, st.reasoning_parser_cls):  # vLLM's adjust_request: markers that are special tokens stay in the text
+        if cls is not None: params.skip_special_tokens &= cls(st.tokenizer).adjust_request(req.model_copy()).skip_special_tokens
     kwargs = dict(req.chat_template_kwargs or {})
     if req.reasoning_effort is not None:  # vLLM: the effort goes to the template, and thinking is on unless it is "none"
         kwargs.setdefault("reasoning_effort", req.reasoning_effort); kwargs.setdefault("enable_thinking", req.reasoning_effort != "none")
@@ -961,19 +963,17 @@ def make_chat_parser(st:ServerState, req, prompt_token_ids:list[int]|None=None) 
     tools = req.tools and req.tool_choice not in (None, "none") and st.tool_parser_cls is not None
     if st.reasoning_parser_cls is None and not tools: return None
     return ChatParser(st.tokenizer, st.reasoning_parser_cls, st.tool_parser_cls, st.options.enable_auto_tool_choice,
-                      [t.model_dump(exclude_none=True) for t in req.tools or []], prompt_token_ids)
+                      tool_dicts(req), prompt_token_ids)
 
 def chat_choice(st:ServerState, req, c, prefix:str="", prompt_token_ids:list[int]|None=None) -> dict:
     "One finished choice as vLLM writes it: the parsed message, and `tool_calls` as the finish reason when a call was made."
     reasoning, content, calls = None, c.text, []
     if (parser := make_chat_parser(st, req, prompt_token_ids)) is not None: reasoning, content, calls = parser.parse(c.text, req, c.token_ids)
     if not req.include_reasoning: reasoning = None
-    forced = isinstance(req.tool_choice, dict) or req.tool_choice == "required"
-    if forced and parser is not None: content = content or ""
+    if isinstance(req.tool_choice, dict) or req.tool_choice == "required": content = content or ""  # a forced call (always parsed)
     tool_calls = [ToolCall(id=f.id, function=f) if f.id else ToolCall(function=f) for f in calls]
     finish = c.finish_reason
-    if finish == "stop" and ((calls and req.tool_choice in ("auto", None)) or (req.tool_choice == "required" and parser is not None)):
-        finish = "tool_calls"
+    if finish == "stop" and ((calls and req.tool_choice == "auto") or req.tool_choice == "required"): finish = "tool_calls"
     text = None if content is None else prefix + content
     return dict(index=c.index, message=chat_message(text, reasoning, tool_calls), logprobs=_chat_lps(st, req, c), finish_reason=finish,
                 stop_reason=c.stop_reason, token_ids=c.token_ids if req.return_token_ids else None, routed_experts=None)
