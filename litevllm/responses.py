@@ -419,7 +419,7 @@ async def response_full(st:ServerState, req:ResponsesRequest, chat_req:ChatCompl
     async for out in _outputs(st, chat_req, prompt, params, _engine_id(req)): final = out
     raise_on_engine_error(final)
     c = final.outputs[0]
-    parser = make_chat_parser(st, chat_req)
+    parser = make_chat_parser(st, chat_req, final.prompt_token_ids)  # the prompt may have closed the reasoning
     lps = _lps(st, chat_req, c)
     if parser is None: output = [message_item(c.text, logprobs=lps)]
     else:
@@ -434,7 +434,7 @@ async def response_full(st:ServerState, req:ResponsesRequest, chat_req:ChatCompl
 async def response_events(st:ServerState, req:ResponsesRequest, chat_req:ChatCompletionRequest, prompt, params, model:str,
                           created:int) -> AsyncIterator[dict]:
     "Stream a response: its events as dicts, `response.completed` (with the whole response) last."
-    ev, parser = ResponseEvents(), make_chat_parser(st, chat_req)
+    ev, parser = ResponseEvents(), make_chat_parser(st, chat_req, prompt["prompt_token_ids"])
     start = response_object(req, model, created, params, "in_progress", [])
     yield ev.event("response.created", response=start)
     yield ev.event("response.in_progress", response=start)
