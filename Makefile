@@ -68,12 +68,15 @@ check-sync:
 	$(unchanged) "notebooks and library not in sync: run \`make export\` and commit" litevllm -- $(MAKE) --no-print-directory export
 	$(unchanged) "README.md is not up to date with nbs/index.ipynb: run \`make readme\` and commit" README.md -- $(MAKE) --no-print-directory readme
 
+# Every notebook of nbs/ and kernels_nbs/ executed once, as nbdev-test runs it (its cells, skip flags, working folder,
+# timeout; a failing cell fails here, naming notebook and cell), by the docs build's executor: each executed notebook
+# goes into .cache/docs/, so that the docs test's site build (tests/test_docs.py) executes none again.
+# `nbdev-test` by hand still does the same check, without the cache.
 # cells flagged `#| slow` or `#| gpu` (tst_flags) run only when named: make test NBFLAGS="slow gpu"
 # Two notebooks run at once on 2 cores: one torch thread each (two each would spin against each other).
 NBFLAGS ?=
 nbtest:
-	OMP_NUM_THREADS=1 $(BIN)/nbdev-test --n-workers 2 --timing --flags "$(NBFLAGS)"
-	$(if $(KERNELS),OMP_NUM_THREADS=1 $(BIN)/nbdev-test kernels_nbs --n-workers 2 --timing --flags "$(NBFLAGS)")
+	OMP_NUM_THREADS=1 $(PY) tools/build_docs.py --execute-only --n-workers 2 --timing --flags "$(NBFLAGS)"
 
 # exit 5 is pytest's "no tests collected"
 pytest:

@@ -53,7 +53,8 @@ class AsyncLLM:
         n = self.engine.num_blocks
         self.block_pool = None if mp else self.engine_core.scheduler.kv_cache_manager.block_pool  # in this process only
         self.stat_logger = PrometheusStatLogger(name, n, cache_config=cache_config_info(vllm_config, n), max_model_len=vllm_config.max_model_len,
-                                                engine_indexes=list(range(vllm_config.parallel_config.data_parallel_size))) if log_stats else None
+                                                engine_indexes=list(range(vllm_config.parallel_config.data_parallel_size)),
+                                                speculative_config=vllm_config.speculative_config) if log_stats else None
         self._requests: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}  # live request id -> (loop, queue)
         self._beam_searches: dict[str, _BeamSearch] = {}  # live beam search id -> its state (its steps are in _requests)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()

@@ -1,4 +1,4 @@
-"""`litevllm bench`: throughput side by side with transformers, latency, a serving load test, the step-time breakdown, and the latest results
+"""`litevllm bench`: throughput side by side with transformers, latency, speculative decoding, a serving load test, the step-time breakdown, and the latest results
 
 Docs: https://litevllm.github.io/litevllm/benchmarks.html.md"""
 
@@ -6,26 +6,30 @@ Docs: https://litevllm.github.io/litevllm/benchmarks.html.md"""
 
 # %% ../nbs/30_benchmarks.ipynb #63095c79
 from __future__ import annotations
-import argparse, asyncio, contextlib, dataclasses, datetime, gc, json, math, os, platform, random, socket, sys, tempfile, threading, time
+import argparse, asyncio, contextlib, dataclasses, datetime, gc, itertools, json, math, os, platform, random, socket, sys, tempfile, threading, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .cli import add_engine_args, engine_kwargs
 from .sampling_params import SamplingParams, RequestOutputKind, StructuredOutputsParams
+from .inputs import apply_chat_template
 
 # %% auto #0
-__all__ = ['WORKLOADS', 'VLLM_WORKER', 'STEP_PARTS', 'THROUGHPUT_COLS', 'SERVE_COLS', 'LOAD_COLS', 'VLLM_CLI', 'VLLM_SHARED',
-           'COMPARE_COLS', 'Workload', 'make_workload', 'cpu_model', 'machine_info', 'format_table', 'write_report',
+__all__ = ['WORKLOADS', 'VLLM_WORKER', 'STEP_PARTS', 'THROUGHPUT_COLS', 'COPY_PROMPTS', 'LATENCY_WORKLOADS', 'LATENCY_COLS',
+           'SERVE_COLS', 'LOAD_COLS', 'VLLM_CLI', 'VLLM_SHARED', 'COMPARE_COLS', 'SPEC_METHODS', 'SPEC_COLS',
+           'VLLM_SPEC_WORKER', 'Workload', 'make_workload', 'cpu_model', 'machine_info', 'format_table', 'write_report',
            'engine_core_in_process', 'run_litevllm', 'load_hf_model', 'hf_batches', 'left_pad', 'run_hf', 'run_vllm',
            'measure_ttft', 'breakdown_table', 'breakdown_by_batch', 'add_workload_args', 'workload_from_args',
-           'cmd_throughput', 'measure_latency', 'bench_latency', 'cmd_latency', 'run_async', 'run_serve_bench',
-           'process_rss_mb', 'server_blocks_in_use', 'run_load', 'cmd_serve', 'cmd_serve_load', 'add_load_args',
-           'random_token_prompts', 'probe_health', 'with_health_probe', 'vllm_cli', 'vllm_env', 'engine_flags',
-           'serve_argvs', 'free_port', 'port_in_use', 'stop_process_group', 'server_process', 'parse_vllm_bench_output',
-           'vllm_bench_argv', 'run_process', 'run_vllm_client', 'add_ratios', 'serve_level', 'compare_run',
-           'cmd_serve_compare', 'add_compare_args', 'cmd_kernels', 'add_cli', 'plot_throughput_report', 'plot_sweep',
-           'vllm_ratio_rows', 'plot_vllm_ratios']
+           'cmd_throughput', 'collect_spec_stats', 'spec_summary', 'latency_summary', 'measure_latency', 'copy_prompts',
+           'bench_latency', 'cmd_latency', 'run_async', 'run_serve_bench', 'process_rss_mb', 'server_blocks_in_use',
+           'run_load', 'cmd_serve', 'cmd_serve_load', 'add_load_args', 'random_token_prompts', 'probe_health',
+           'with_health_probe', 'vllm_cli', 'vllm_env', 'engine_flags', 'serve_argvs', 'free_port', 'port_in_use',
+           'stop_process_group', 'server_process', 'parse_vllm_bench_output', 'vllm_bench_argv', 'run_process',
+           'run_vllm_client', 'add_ratios', 'serve_level', 'compare_run', 'cmd_serve_compare', 'add_compare_args',
+           'spec_configs', 'spec_workloads', 'run_spec_decode', 'add_spec_ratios', 'run_vllm_spec', 'cmd_spec_decode',
+           'add_spec_decode_args', 'cmd_kernels', 'add_cli', 'plot_throughput_report', 'plot_sweep', 'vllm_ratio_rows',
+           'plot_vllm_ratios']
 
 # %% ../nbs/30_benchmarks.ipynb #4445bf21
 WORKLOADS = {
@@ -375,12 +379,48 @@ def _throughput(ns) -> int:
 # %% ../nbs/30_benchmarks.ipynb #a1329be5
 _lat_ids = iter(range(10**12))
 
-def measure_latency(llm, prompts:list[list[int]], max_tokens:int=32, temperature:float=0.0) -> dict:
-    "TTFT and TPOT (ms, mean over the requests) of `prompts` started together."
-    engine = llm.llm_engine
-    sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True, output_kind=RequestOutputKind.DELTA)
+def _add_spec(total:dict, s) -> dict:
+    "Add one step's `SpecDecodingStats` (or a dict of its fields) into the running `total` (a dict of vLLM's field names)."
+    get = (lambda k: s.get(k, 0)) if isinstance(s, dict) else (lambda k: getattr(s, k))
+    for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"): total[k] = total.get(k, 0) + get(k)
+    for k in ("num_accepted_tokens_per_pos", "num_draft_tokens_per_pos"):
+        total[k] = [x + y for x, y in itertools.zip_longest(total.get(k, []), get(k) or [], fillvalue=0)]
+    return total
+
+@contextlib.contextmanager
+def collect_spec_stats(engine):
+    "Within it, the dict it yields adds up every step's `SpecDecodingStats` that reaches `engine` (an `LLMEngine`)."
+    # make_stats() hands each step's counts out once, with that step's outputs: they are added as they pass, never read back
+    total, own, note = {}, engine.__dict__.get("_note_core_stats"), engine._note_core_stats
+    def noting(outs):
+        s = outs.scheduler_stats.spec_decoding_stats if outs.scheduler_stats is not None else None
+        if s is not None: _add_spec(total, s)
+        return note(outs)
+    engine._note_core_stats = noting
+    try: yield total
+    finally:
+        if own is None: del engine._note_core_stats
+        else: engine._note_core_stats = own
+
+def spec_summary(total:dict) -> dict:
+    "vLLM's summaries of added-up drafts: mean acceptance length 1 + accepted / drafts, acceptance rate accepted / draft tokens, and by position."
+    d, n, a = (total.get(k, 0) for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"))
+    return dict(num_drafts=d, num_draft_tokens=n, num_accepted_tokens=a, acceptance_length=1 + a / d if d else None,
+                acceptance_rate=a / n if n else None,
+                acceptance_by_pos=[x / d for x in total.get("num_accepted_tokens_per_pos", [])] if d else None)
+
+def latency_summary(ttft:list[float], tpot:list[float], token_ids:list[list[int]], seconds:float, spec:dict|None=None) -> dict:
+    "Per-request TTFT and TPOT (s), outputs and the time they took → ms (mean and median), output tokens/s, and the drafts' acceptance."
+    ms = lambda f, xs: 1e3 * float(f(xs)) if xs else None
+    n = sum(map(len, token_ids))
+    return dict(ttft_ms=ms(np.mean, ttft), tpot_ms=ms(np.mean, tpot), ttft_median_ms=ms(np.median, ttft), tpot_median_ms=ms(np.median, tpot),
+                output_tokens=n, seconds=seconds, output_tok_s=n / seconds if seconds else None) | spec_summary(spec or {}) | dict(
+                tokens=[len(t) for t in token_ids], token_ids=token_ids)
+
+def _run_group(engine, prompts:list[list[int]], sp:SamplingParams) -> dict:
+    "Add `prompts` together and step until they finish: each request's token ids and each token's arrival (perf_counter)."
     rids = [f"bench-latency-{next(_lat_ids)}" for _ in prompts]
-    stamps, metrics = {r: [] for r in rids}, {}
+    ids, stamps, metrics = {r: [] for r in rids}, {r: [] for r in rids}, {}
     t0 = time.perf_counter()
     for rid, p in zip(rids, prompts): engine.add_request(rid, {"prompt_token_ids": p}, sp)
     while engine.has_unfinished_requests():
@@ -388,23 +428,162 @@ def measure_latency(llm, prompts:list[list[int]], max_tokens:int=32, temperature
         now = time.perf_counter()
         for o in outs:
             if o.request_id not in stamps: continue
-            stamps[o.request_id] += [now] * sum(len(c.token_ids) for c in o.outputs)
+            new = [t for c in o.outputs for t in c.token_ids]  # DELTA: this step's tokens (several with accepted drafts)
+            ids[o.request_id] += new; stamps[o.request_id] += [now] * len(new)
             if o.finished: metrics[o.request_id] = o.metrics
-    ttft = [s[0] - t0 for s in stamps.values()]
-    tpot = [(s[-1] - s[0]) / (len(s) - 1) for s in stamps.values() if len(s) > 1]
-    eng_ttft = [m.first_token_time - m.arrival_time for m in metrics.values() if m is not None and m.first_token_time]
-    return dict(batch=len(prompts), prompt_len=round(np.mean([len(p) for p in prompts])), output_len=max_tokens,
-                ttft_ms=1e3 * np.mean(ttft), tpot_ms=1e3 * np.mean(tpot) if tpot else None,
-                engine_ttft_ms=1e3 * np.mean(eng_ttft) if eng_ttft else None, tokens=[len(s) for s in stamps.values()])
+    return dict(start=t0, end=time.perf_counter(), token_ids=list(ids.values()), stamps=list(stamps.values()), metrics=[metrics.get(r) for r in rids])
 
-def bench_latency(llm, prompt_lens=(32, 128, 512), batch_sizes=(1, 8), output_len:int=32, seed:int=0, warmup:bool=True) -> list[dict]:
-    "measure_latency for each batch size × prompt length (random token prompts drawn from `seed`)."
+def measure_latency(llm, prompts:list[list[int]], max_tokens:int=32, temperature:float=0.0, ignore_eos:bool=True,
+                    concurrency:int|None=None) -> dict:
+    "TTFT and TPOT (ms) of `prompts` run `concurrency` at a time (default: all together), tokens/s, and the drafts' acceptance."
+    engine, c = llm.llm_engine, min(concurrency or len(prompts), len(prompts))
+    sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=ignore_eos, output_kind=RequestOutputKind.DELTA)
+    with collect_spec_stats(engine) as spec:
+        gs = [_run_group(engine, prompts[i:i + c], sp) for i in range(0, len(prompts), c)]
+    ttft = [s[0] - g["start"] for g in gs for s in g["stamps"] if s]
+    tpot = [(s[-1] - s[0]) / (len(s) - 1) for g in gs for s in g["stamps"] if len(s) > 1]
+    eng_ttft = [m.first_token_time - m.arrival_time for g in gs for m in g["metrics"] if m is not None and m.first_token_time]
+    return (dict(batch=c, num_prompts=len(prompts), prompt_len=round(np.mean([len(p) for p in prompts])), output_len=max_tokens)
+            | latency_summary(ttft, tpot, [t for g in gs for t in g["token_ids"]], sum(g["end"] - g["start"] for g in gs), spec)
+            | dict(engine_ttft_ms=1e3 * np.mean(eng_ttft) if eng_ttft else None))
+
+# %% ../nbs/30_benchmarks.ipynb #c04700e6
+COPY_PROMPTS = {
+"story-rename": """Rewrite the following story exactly as it is, word for word, but replace the name "Tom" with "Sam" everywhere. Output only the rewritten story.
+
+Story:
+Tom lived in a small house at the edge of the forest. Every morning Tom walked to the river to fetch water for his garden. The garden was full of tomatoes, beans and tall yellow sunflowers. One day Tom found a small fox sleeping under the old oak tree near the river. The fox had hurt its leg, so Tom carried it home and gave it some water and bread. For two weeks Tom looked after the fox, and every evening they sat together by the fire. When the leg was better, Tom opened the door and the fox ran back into the forest. But every morning after that, the fox waited for Tom by the river.""",
+"python-rename": """Here is a Python function. Rewrite the code exactly as it is, but rename the function `mean` to `average`. Output only the code.
+
+```python
+def mean(values):
+    "The arithmetic mean of a list of numbers."
+    if not values:
+        raise ValueError("mean of an empty list")
+    total = 0
+    for v in values:
+        total += v
+    return total / len(values)
+
+def variance(values):
+    "The population variance of a list of numbers."
+    m = mean(values)
+    return mean([(v - m) ** 2 for v in values])
+
+def summary(values):
+    "A dictionary with the count, mean and variance."
+    return {"count": len(values), "mean": mean(values), "variance": variance(values)}
+```""",
+"email-extract": """Read the email below and extract the sender's name, the company, the phone number, the order number and the delivery address. Answer as JSON with the keys "name", "company", "phone", "order_number" and "address".
+
+Email:
+Hello,
+
+my name is Margaret Ellison and I am writing on behalf of Bluewater Garden Supplies Ltd. Last Tuesday we placed order number BW-2024-118735 for forty ceramic flower pots and twelve bags of potting soil. The delivery was supposed to arrive on Friday, but nothing has come yet. Could you please check the status of the order and send it to our warehouse at 27 Harbour Road, Unit 5, Portsmouth PO1 3HE, United Kingdom? If you have any questions, you can call me on +44 23 9284 5521 between 9 am and 5 pm.
+
+Kind regards,
+Margaret Ellison
+Purchasing Manager, Bluewater Garden Supplies Ltd.""",
+"paragraph-typos": """Correct the spelling mistakes in the following paragraph and return the whole corrected paragraph, keeping every other word the same.
+
+Paragraph:
+The city library opened its new reading room on Monday. The room has large windows that look out over the park, and there are more than two hundred comfortable chairs for visitors. The librarians have arranged the books by subject, so that history, science and poetry each have thier own shelves. Children can borrow up to five books at a time, and adults can borrow up to ten. The reading room is open every day from nine in the morning until eight in the evening, exept on public holidays. Entry is free, and everyone is welcome to come and read, study or simply enjoy the quiet.""",
+"javascript-constant": """Rewrite this JavaScript code exactly as it is, but change the value of MAX_RETRIES from 3 to 5. Output only the code.
+
+```javascript
+const MAX_RETRIES = 3;
+const BASE_DELAY_MS = 200;
+
+async function fetchWithRetry(url, options = {}) {
+  let lastError = null;
+  for (let attempt = 0; attempt < MAX_RETRIES; attempt++) {
+    try {
+      const response = await fetch(url, options);
+      if (!response.ok) {
+        throw new Error(`HTTP ${response.status} for ${url}`);
+      }
+      return await response.json();
+    } catch (error) {
+      lastError = error;
+      const delay = BASE_DELAY_MS * 2 ** attempt;
+      await new Promise((resolve) => setTimeout(resolve, delay));
+    }
+  }
+  throw lastError;
+}
+
+module.exports = { fetchWithRetry };
+```""",
+"python-add-method": """Here is a Python class. Rewrite the code exactly as it is, but add a method `clear` that empties the cart. Output only the code.
+
+```python
+class ShoppingCart:
+    "Items and their quantities, with prices looked up in a catalogue."
+
+    def __init__(self, catalogue):
+        self.catalogue = catalogue
+        self.items = {}
+
+    def add(self, name, quantity=1):
+        if name not in self.catalogue:
+            raise KeyError(f"unknown item: {name}")
+        self.items[name] = self.items.get(name, 0) + quantity
+
+    def remove(self, name):
+        self.items.pop(name, None)
+
+    def total(self):
+        return sum(self.catalogue[name] * quantity for name, quantity in self.items.items())
+
+    def __len__(self):
+        return sum(self.items.values())
+```""",
+"product-extract": """Read the product description below, then copy this form and fill in each line with the value from the description:
+Product name:
+Brand:
+Price:
+Weight:
+Colour:
+Warranty:
+
+Product description:
+The TrailMaster 45 hiking backpack from Northpeak Outdoor is built for long days in the mountains. It holds 45 litres, weighs only 1.2 kg and comes in forest green. The frame is made of light aluminium, the shoulder straps are padded with breathable foam, and the hip belt has two zip pockets for snacks and a phone. A rain cover is stored in the bottom pocket. The TrailMaster 45 costs 129.99 euros and is sold with a five year warranty against defects in materials and workmanship.""",
+"notes-date": """Rewrite the meeting notes below exactly as they are, but change the date of the next meeting from "March 14" to "March 21". Output only the notes.
+
+Meeting notes, project Lighthouse
+Present: Anna, Ben, Carlos, Dana
+1. Anna reported that the new login page is finished and has been tested on all browsers.
+2. Ben said that the database migration will take two more days because of the large customer table.
+3. Carlos showed the first designs for the mobile app; the team agreed to use the blue colour scheme.
+4. Dana will prepare the budget for the second quarter and send it to everyone by Friday.
+5. The release of version 2.0 is planned for the end of April.
+Next meeting: March 14 at 10 am in room 3B.""",
+}
+
+def copy_prompts(tokenizer, n:int|None=None) -> list[list[int]]:
+    "The token ids of the first `n` COPY_PROMPTS (all by default; cycled past 8), each a user turn in the model's chat template."
+    texts = list(COPY_PROMPTS.values())
+    n = len(texts) if n is None else n
+    return [apply_chat_template(tokenizer, [{"role": "user", "content": texts[i % len(texts)]}]) for i in range(n)]
+
+# %% ../nbs/30_benchmarks.ipynb #dcba0eae
+LATENCY_WORKLOADS = ("random", "copy")
+LATENCY_COLS = ["workload", "batch", "num_prompts", "prompt_len", "output_len", "output_tokens", "ttft_ms", "ttft_median_ms", "tpot_ms",
+                "tpot_median_ms", "output_tok_s", "engine_ttft_ms", "acceptance_length", "acceptance_rate"]
+
+def bench_latency(llm, prompt_lens=(32, 128, 512), batch_sizes=(1, 8), output_len:int=32, seed:int=0, warmup:bool=True,
+                  workload:str="random") -> list[dict]:
+    "measure_latency for each batch size × prompt length (random token prompts drawn from `seed`), or each batch size over the copy prompts."
+    if workload not in LATENCY_WORKLOADS: raise ValueError(f"workload must be one of {LATENCY_WORKLOADS}, got {workload!r}")
     rng = random.Random(seed)
     if warmup: measure_latency(llm, [[rng.randint(0, 9999) for _ in range(16)]], 4); llm.reset_prefix_cache()
     rows = []
     for b in batch_sizes:
-        for n in prompt_lens:
-            rows.append(measure_latency(llm, [[rng.randint(0, 9999) for _ in range(n)] for _ in range(b)], output_len))
+        if workload == "copy":  # the answers end at EOS: ignore_eos would only add text after the copy
+            rows.append(dict(workload="copy") | measure_latency(llm, copy_prompts(llm.get_tokenizer()), output_len, ignore_eos=False, concurrency=b))
+            llm.reset_prefix_cache()
+        for n in prompt_lens if workload == "random" else ():
+            rows.append(dict(workload="random") | measure_latency(llm, [[rng.randint(0, 9999) for _ in range(n)] for _ in range(b)], output_len))
             llm.reset_prefix_cache()
     return rows
 
@@ -415,14 +594,18 @@ def cmd_latency(ns) -> int:
 
 def _latency(ns) -> int:
     from litevllm.llm import LLM
+    from litevllm.config import cpu_info
     kw = engine_kwargs(ns)
     llm = LLM(ns.model, **kw)
-    rows = bench_latency(llm, ns.prompt_lens, ns.batch_sizes, ns.output_len, ns.seed)
-    for r in rows: r.pop("tokens")
-    print(format_table(rows))
+    out_len = ns.output_len or (256 if ns.workload == "copy" else 32)
+    rows = bench_latency(llm, ns.prompt_lens, ns.batch_sizes, out_len, ns.seed, workload=ns.workload)
+    for r in rows: r.pop("tokens"); r.pop("token_ids")
     c = llm.llm_engine.vllm_config
+    print(f"workload {ns.workload}; model {c.model_path} ({c.dtype}); speculative_config {kw.get('speculative_config')}; "
+          f"CPU: {cpu_info()}, {os.cpu_count()} cores")
+    print(format_table(rows, [k for k in LATENCY_COLS if any(r.get(k) is not None for r in rows)]))
     write_report(ns.output_json, "latency", rows, model=str(c.model_path), dtype=str(c.dtype), device=str(c.device),
-                 settings=dict(prompt_lens=ns.prompt_lens, batch_sizes=ns.batch_sizes, output_len=ns.output_len, engine=kw))
+                 settings=dict(workload=ns.workload, prompt_lens=ns.prompt_lens, batch_sizes=ns.batch_sizes, output_len=out_len, engine=kw))
     return 0
 
 # %% ../nbs/30_benchmarks.ipynb #533b1adf
@@ -702,6 +885,7 @@ def engine_flags(kw:dict, always=("dtype", "max_model_len")) -> list[str]:
         if f.name == "model" or (v == f.default and f.name not in always) or v is None: continue
         if isinstance(v, bool): out.append(flag if v else "--no-" + flag[2:])
         elif isinstance(v, (list, tuple)): out += [flag, *map(str, v)]
+        elif isinstance(v, dict): out += [flag, json.dumps(v)]  # --speculative-config '{"method": "ngram", ...}'
         else: out += [flag, str(v)]
     return out
 
@@ -954,6 +1138,230 @@ def add_compare_args(p:argparse.ArgumentParser):
     p.add_argument("--server-timeout", type=float, default=900, help="seconds a server may take to answer /health")
     p.add_argument("--health-interval", type=float, default=0.05, help="seconds between GET /health probes during each run (0: none)")
 
+# %% ../nbs/30_benchmarks.ipynb #dc9ed5dd
+SPEC_METHODS = ("none", "ngram", "draft_model")
+
+def spec_configs(methods=SPEC_METHODS, num_speculative_tokens:int=4, prompt_lookup_max:int=4, prompt_lookup_min:int=1,
+                 draft_model:str|Path|None=None) -> dict[str, dict|None]:
+    "vLLM's `speculative_config` of each method: none → None, ngram → prompt lookup, draft_model → the `draft_model` folder."
+    k = num_speculative_tokens
+    known = dict(none=None, ngram=dict(method="ngram", num_speculative_tokens=k, prompt_lookup_max=prompt_lookup_max, prompt_lookup_min=prompt_lookup_min),
+                 draft_model=dict(method="draft_model", model=None if draft_model is None else str(draft_model), num_speculative_tokens=k))
+    if bad := [m for m in methods if m not in known]: raise ValueError(f"methods must be among {list(known)}, got {bad}")
+    if "draft_model" in methods and draft_model is None: raise ValueError("method draft_model needs draft_model= (a local model folder)")
+    return {m: known[m] for m in methods}
+
+def spec_workloads(tokenizer, workloads=LATENCY_WORKLOADS, num_prompts:int=8, random_prompt_len:int=256, random_output_len:int=128,
+                   copy_output_len:int=256, seed:int=0) -> dict[str, dict]:
+    "Each workload's prompts (token ids), max_tokens and ignore_eos: random token ids (ignore_eos), or the copy prompts (to EOS)."
+    if bad := [w for w in workloads if w not in LATENCY_WORKLOADS]: raise ValueError(f"workloads must be among {LATENCY_WORKLOADS}, got {bad}")
+    make = dict(random=lambda: dict(prompts=random_token_prompts(num_prompts, random_prompt_len, seed), max_tokens=random_output_len, ignore_eos=True),
+                copy=lambda: dict(prompts=copy_prompts(tokenizer, num_prompts), max_tokens=copy_output_len, ignore_eos=False))
+    return {w: make[w]() for w in workloads}
+
+# %% ../nbs/30_benchmarks.ipynb #a7670543
+SPEC_COLS = ["engine", "workload", "concurrency", "method", "output_tokens", "ttft_median_ms", "tpot_median_ms", "output_tok_s",
+             "acceptance_length", "acceptance_rate", "tpot_speedup", "tok_s_speedup", "same_output"]
+
+def run_spec_decode(model, engine_kw:dict, workloads:dict, configs:dict, concurrency=(1, 8), warmup:bool=True, log=None) -> list[dict]:
+    "litevllm, each method of `configs` in turn (an engine each, in this process): every workload at every concurrency; a row each."
+    from litevllm.llm import LLM
+    rows = []
+    for method, spec in configs.items():
+        llm = LLM(model, **engine_kw | dict(speculative_config=spec))
+        try:
+            if warmup: measure_latency(llm, [random_token_prompts(1, 16, seed=1)[0]], 4); llm.reset_prefix_cache()
+            for wname, w in workloads.items():
+                for c in concurrency:
+                    r = measure_latency(llm, w["prompts"], w["max_tokens"], ignore_eos=w["ignore_eos"], concurrency=c)
+                    llm.reset_prefix_cache()  # the next run starts cold, as this one did
+                    rows.append(dict(engine="litevllm", workload=wname, concurrency=r.pop("batch"), method=method) | r)
+                    if log: log(f"litevllm, {method}, {wname}, concurrency {c}: TPOT {rows[-1]['tpot_median_ms'] or 0:.1f} ms, "
+                                f"{rows[-1]['output_tok_s'] or 0:.1f} tok/s, acceptance length {_fmt(rows[-1]['acceptance_length'])}")
+        finally: llm.llm_engine.shutdown()
+    return rows
+
+def add_spec_ratios(rows:list[dict]) -> list[dict]:
+    "Each row against its engine's `none` row of the same workload and concurrency: TPOT and tokens/s speed-ups, the same tokens?"
+    base = {(r["engine"], r["workload"], r["concurrency"]): r for r in rows if r["method"] == "none" and not r.get("error")}
+    for r in rows:
+        b = base.get((r["engine"], r["workload"], r["concurrency"]))
+        if b is None or r.get("error"): continue
+        r["tpot_speedup"] = b["tpot_median_ms"] / r["tpot_median_ms"] if b.get("tpot_median_ms") and r.get("tpot_median_ms") else None
+        r["tok_s_speedup"] = r["output_tok_s"] / b["output_tok_s"] if b.get("output_tok_s") and r.get("output_tok_s") else None
+        if "token_ids" in r and "token_ids" in b: r["same_output"] = r["token_ids"] == b["token_ids"]  # greedy: speculation changes no token
+    return rows
+
+# %% ../nbs/30_benchmarks.ipynb #911050a9
+VLLM_SPEC_WORKER = r'''
+"Time real vLLM's decoding (with or without speculation) as litevllm's measure_latency does: the job as JSON on stdin, one result line on stdout."
+import json, os, sys, time
+
+_COUNTERS = {"vllm:spec_decode_num_drafts": "num_drafts", "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
+             "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
+             "vllm:spec_decode_num_accepted_tokens_per_pos": "num_accepted_tokens_per_pos"}
+
+def spec_counters(llm) -> dict:
+    "vLLM's speculative-decoding counters now, summed over engines, by SpecDecodingStats' names."
+    out = {}
+    for m in llm.get_metrics():
+        k = _COUNTERS.get(m.name)
+        if k is None: continue
+        v = getattr(m, "values", None)
+        if v is None: out[k] = out.get(k, 0) + m.value
+        else: out[k] = [a + b for a, b in zip(out.get(k, [0] * len(v)), v)]
+    return out
+
+def run_group(engine, prompts, sp, ids):
+    from vllm.inputs import TokensPrompt
+    rids = [f"bench-spec-{next(ids)}" for _ in prompts]
+    toks, stamps = {r: [] for r in rids}, {r: [] for r in rids}
+    t0 = time.perf_counter()
+    for rid, p in zip(rids, prompts): engine.add_request(rid, TokensPrompt(prompt_token_ids=p), sp)
+    while engine.has_unfinished_requests():
+        outs = engine.step()
+        now = time.perf_counter()
+        for o in outs:
+            if o.request_id not in toks: continue
+            new = [t for c in o.outputs for t in c.token_ids]
+            toks[o.request_id] += new; stamps[o.request_id] += [now] * len(new)
+    return t0, time.perf_counter(), list(toks.values()), list(stamps.values())
+
+def main():
+    import itertools
+    job = json.load(sys.stdin)
+    import vllm
+    from vllm import LLM, SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+    llm = LLM(model=job["model"], dtype=job["dtype"], max_model_len=job["max_model_len"], seed=job["seed"], max_num_seqs=job["max_num_seqs"],
+              kv_cache_memory_bytes=job["kv_cache_memory_bytes"], speculative_config=job["speculative_config"], disable_log_stats=False)
+    engine, ids = llm.llm_engine, itertools.count()
+    kind = RequestOutputKind.DELTA
+    run_group(engine, [job["warmup_prompt"]], SamplingParams(max_tokens=4, ignore_eos=True, output_kind=kind), ids)  # warm-up, as litevllm's
+    llm.reset_prefix_cache()
+    rows = []
+    for name, w in job["workloads"].items():
+        sp = SamplingParams(temperature=0.0, max_tokens=w["max_tokens"], ignore_eos=w["ignore_eos"], output_kind=kind)
+        for c in job["concurrency"]:
+            c = min(c, len(w["prompts"]))
+            before = spec_counters(llm)
+            gs = [run_group(engine, w["prompts"][i:i + c], sp, ids) for i in range(0, len(w["prompts"]), c)]
+            after = spec_counters(llm)
+            llm.reset_prefix_cache()
+            spec = {k: [a - b for a, b in zip(v, before.get(k, [0] * len(v)))] if isinstance(v, list) else v - before.get(k, 0) for k, v in after.items()}
+            rows.append(dict(workload=name, concurrency=c, num_prompts=len(w["prompts"]),
+                             ttft=[s[0] - g[0] for g in gs for s in g[3] if s],
+                             tpot=[(s[-1] - s[0]) / (len(s) - 1) for g in gs for s in g[3] if len(s) > 1],
+                             token_ids=[t for g in gs for t in g[2]], seconds=sum(g[1] - g[0] for g in gs), spec=spec))
+    dtype = str(llm.llm_engine.model_config.dtype).removeprefix("torch.")
+    print("LITEVLLM_RESULT " + json.dumps(dict(version=vllm.__version__, dtype=dtype, rows=rows)), flush=True)
+
+if __name__ == "__main__":  # vLLM's engine core is a spawned process, which imports this file again
+    main()
+'''
+
+def run_vllm_spec(python:str, model, workloads:dict, speculative_config:dict|None, concurrency=(1, 8), dtype:str="float32",
+                  max_model_len:int=2048, seed:int=0, max_num_seqs:int=256, kv_cache_memory_bytes:int|None=2**31, threads:int|None=None,
+                  preload_iomp:bool=True, timeout:float=3600) -> list[dict]:
+    "Real vLLM over `workloads` at each concurrency, with `speculative_config` (None: none), in a subprocess of `python`: rows as run_spec_decode's."
+    import subprocess, torch
+    if not Path(python).exists(): raise ValueError(f"--vllm-python {python} does not exist (build it with `make vllm-baseline`)")
+    python = str(Path(python).absolute())  # not resolve(): a venv's python is a symlink
+    env = vllm_env(threads or torch.get_num_threads())
+    iomp = Path(python).parent.parent/"lib"/"libiomp5.so"  # vLLM on CPU: "speculative decoding ... without Intel OpenMP in LD_PRELOAD" is slow
+    if preload_iomp and iomp.exists(): env["LD_PRELOAD"] = " ".join(filter(None, [str(iomp), env.get("LD_PRELOAD")]))
+    job = dict(model=str(model), dtype=dtype, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,
+               kv_cache_memory_bytes=kv_cache_memory_bytes, speculative_config=speculative_config, concurrency=list(concurrency),
+               warmup_prompt=random_token_prompts(1, 16, seed=1)[0], workloads=workloads)
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d)/"vllm_spec_worker.py").write_text(VLLM_SPEC_WORKER)
+        p = subprocess.run([python, str(Path(d)/"vllm_spec_worker.py")], input=json.dumps(job), capture_output=True, text=True,
+                           env=env, timeout=timeout, cwd=d)
+    res = next((json.loads(l.split(" ", 1)[1]) for l in p.stdout.splitlines() if l.startswith("LITEVLLM_RESULT ")), None)
+    if p.returncode or res is None:
+        raise RuntimeError(f"the vLLM run failed (exit {p.returncode}):\n{(p.stderr or p.stdout)[-3000:]}")
+    method = (speculative_config or {}).get("method", "none")
+    return [dict(engine=f"vllm {res['version']}", workload=r["workload"], concurrency=r["concurrency"], method=method, dtype=res["dtype"],
+                 num_prompts=r["num_prompts"], preloaded=env.get("LD_PRELOAD"))
+            | latency_summary(r["ttft"], r["tpot"], r["token_ids"], r["seconds"], r["spec"]) for r in res["rows"]]
+
+# %% ../nbs/30_benchmarks.ipynb #ac2b49d6
+def cmd_spec_decode(ns) -> int:
+    from litevllm.attention import kv_prefault
+    with kv_prefault(): return _spec_decode(ns)
+
+def _spec_decode(ns) -> int:
+    from litevllm.config import EngineArgs, cpu_info
+    from litevllm.inputs import get_tokenizer
+    kw = engine_kwargs(ns)
+    if kw.pop("speculative_config", None) is not None:
+        print("litevllm bench spec-decode: --speculative-config is not used here; choose with --methods, --num-speculative-tokens, "
+              "--prompt-lookup-min/max, --draft-model", file=sys.stderr)
+        return 2
+    cfg = EngineArgs(model=ns.model, **kw).create_engine_config()
+    draft = Path(ns.draft_model) if ns.draft_model else cfg.model_path
+    configs = spec_configs(ns.methods, ns.num_speculative_tokens, ns.prompt_lookup_max, ns.prompt_lookup_min, draft)
+    workloads = spec_workloads(get_tokenizer(cfg.tokenizer or cfg.model_path), ns.workloads, ns.num_prompts, ns.random_prompt_len,
+                               ns.random_output_len, ns.copy_output_len, cfg.seed)
+    print(f"model {cfg.model_path} ({cfg.dtype}, {cfg.device}, max_model_len {cfg.max_model_len}); CPU: {cpu_info()}, {os.cpu_count()} cores, "
+          f"{__import__('torch').get_num_threads()} threads", flush=True)
+    for w, v in workloads.items():
+        print(f"workload {w}: {len(v['prompts'])} prompts of {min(map(len, v['prompts']))}-{max(map(len, v['prompts']))} tokens, "
+              f"max_tokens {v['max_tokens']}, {'ignore_eos' if v['ignore_eos'] else 'to EOS'}, greedy; concurrency {ns.concurrency}", flush=True)
+    for m, c in configs.items(): print(f"method {m}: speculative_config {c}", flush=True)
+    if "draft_model" in configs and draft.resolve() == Path(cfg.model_path).resolve():
+        print("draft_model: the draft is the target model itself, the only local model with the same tokenizer: every draft is "
+              "accepted and each costs a full step, so it shows the mechanics, not a speed-up", flush=True)
+    rows = run_spec_decode(ns.model, kw, workloads, configs, ns.concurrency, log=lambda s: print(s, flush=True))
+    failed = {}
+    if ns.baseline == "vllm":
+        kv = cfg.kv_cache_memory_bytes or (2 * 2**30 if cfg.device.type == "cpu" else None)  # as litevllm's: 2 GiB unless set
+        for m in [m for m in ("none", "ngram") if m in configs]:
+            print(f"vLLM, {m}: starting ({ns.vllm_python})", flush=True)
+            try:
+                rows += run_vllm_spec(ns.vllm_python, cfg.model_path, workloads, configs[m], ns.concurrency, str(cfg.dtype).removeprefix("torch."),
+                                      cfg.max_model_len, cfg.seed, cfg.max_num_seqs, kv, preload_iomp=ns.vllm_preload_iomp)
+                for r in rows[-len(ns.concurrency) * len(workloads):]:
+                    print(f"{r['engine']}, {m}, {r['workload']}, concurrency {r['concurrency']}: TPOT {r['tpot_median_ms'] or 0:.1f} ms, "
+                          f"acceptance length {_fmt(r['acceptance_length'])}", flush=True)
+            except Exception as e:
+                failed[m] = f"{type(e).__name__}: {e}"
+                print(f"vLLM, {m}: FAILED{' (its CPU build does not run ngram speculation here)' if m == 'ngram' else ''}:\n{failed[m]}", flush=True)
+                rows += [dict(engine="vllm", workload=w, concurrency=c, method=m, error=failed[m][-500:]) for w in workloads for c in ns.concurrency]
+    rows = add_spec_ratios(rows)
+    print(f"\nCPU: {cpu_info()}, {os.cpu_count()} cores; {cfg.dtype}; greedy")
+    print(format_table(rows, SPEC_COLS))
+    if bad := [r for r in rows if r.get("same_output") is False]:
+        print("speculation changed the output of: " + ", ".join(f"{r['engine']} {r['method']} {r['workload']} @ {r['concurrency']}" for r in bad))
+    for r in rows: r.pop("token_ids", None); r.pop("tokens", None)
+    write_report(ns.output_json, "spec-decode", rows, model=str(cfg.model_path), dtype=str(cfg.dtype), device=str(cfg.device),
+                 vllm_failed=failed or None, settings=dict(methods=configs, concurrency=ns.concurrency, baseline=ns.baseline, engine=kw,
+                 workloads={w: dict(num_prompts=len(v["prompts"]), prompt_lens=[len(p) for p in v["prompts"]], max_tokens=v["max_tokens"],
+                                    ignore_eos=v["ignore_eos"]) for w, v in workloads.items()}))
+    return 1 if failed else 0
+
+def add_spec_decode_args(p:argparse.ArgumentParser):
+    "The flags of `litevllm bench spec-decode`."
+    p.add_argument("--model", default=None, help="a local Hugging Face folder (default: the shipped SmolLM2-135M-Instruct)")
+    p.add_argument("--methods", nargs="+", choices=SPEC_METHODS, default=list(SPEC_METHODS), help="none is every ratio's baseline")
+    p.add_argument("--workloads", nargs="+", choices=LATENCY_WORKLOADS, default=list(LATENCY_WORKLOADS))
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="prompts started together, in groups (1: one at a time)")
+    p.add_argument("--num-prompts", type=int, default=8, help="prompts of each workload (copy: the 8 COPY_PROMPTS, cycled)")
+    p.add_argument("--num-speculative-tokens", type=int, default=4, help="k: drafts per request and step")
+    p.add_argument("--prompt-lookup-max", type=int, default=4, help="ngram: the longest n-gram looked up")
+    p.add_argument("--prompt-lookup-min", type=int, default=1, help="ngram: the shortest")
+    p.add_argument("--draft-model", default=None, help="draft_model's folder (default: the target model itself)")
+    p.add_argument("--random-prompt-len", type=int, default=256)
+    p.add_argument("--random-output-len", type=int, default=128, help="random: output tokens of each request (ignore_eos)")
+    p.add_argument("--copy-output-len", type=int, default=256, help="copy: max_tokens of each request (they stop at EOS)")
+    p.add_argument("--baseline", choices=["none", "vllm"], default="none", help="vllm: also vLLM 0.32 without and with ngram speculation")
+    p.add_argument("--vllm-python", default=".vllm-venv/bin/python", help="the interpreter of vLLM's venv (`make vllm-baseline`)")
+    p.add_argument("--vllm-preload-iomp", action=argparse.BooleanOptionalAction, default=True,
+                   help="LD_PRELOAD the venv's libiomp5.so for vLLM, as its CPU docs ask for speculative decoding")
+    p.add_argument("--output-json", default=None)
+    add_engine_args(p)
+    p.set_defaults(func=cmd_spec_decode, dtype="float32")
+
 # %% ../nbs/30_benchmarks.ipynb #1729eeba
 def cmd_kernels(ns) -> int:
     import torch
@@ -975,7 +1383,7 @@ def cmd_kernels(ns) -> int:
 # %% ../nbs/30_benchmarks.ipynb #3c9bde31
 def add_cli(subparsers):
     "Register `litevllm bench` and its sub-commands."
-    b = subparsers.add_parser("bench", help="benchmarks: throughput (vs transformers), latency, serve, kernels")
+    b = subparsers.add_parser("bench", help="benchmarks: throughput (vs transformers), latency, spec-decode, serve, kernels")
     sub = b.add_subparsers(dest="bench_command", required=True)
     t = sub.add_parser("throughput", help="output tokens/s over a workload, optionally beside transformers' generate")
     t.add_argument("--model", default=None, help="a local Hugging Face folder (default: the shipped SmolLM2-135M-Instruct)")
@@ -990,14 +1398,18 @@ def add_cli(subparsers):
                    help="json_object: every request in JSON mode, to measure the grammar bitmask's cost per step (with --breakdown)")
     add_engine_args(t)
     t.set_defaults(func=cmd_throughput)
-    l = sub.add_parser("latency", help="TTFT and TPOT, one request and a batch, at several prompt lengths")
+    l = sub.add_parser("latency", help="TTFT, TPOT and tokens/s, one request and a batch, random prompts at several lengths or the copy prompts")
     l.add_argument("--model", default=None)
-    l.add_argument("--prompt-lens", type=int, nargs="+", default=[32, 128, 512])
-    l.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
-    l.add_argument("--output-len", type=int, default=32)
+    l.add_argument("--workload", choices=LATENCY_WORKLOADS, default="random",
+                   help="random: random token prompts of --prompt-lens, ignore_eos; copy: the 8 prompts whose answers copy from them, to EOS")
+    l.add_argument("--prompt-lens", type=int, nargs="+", default=[32, 128, 512], help="random: the prompt lengths")
+    l.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8], help="requests started together (copy: in groups, all 8 prompts)")
+    l.add_argument("--output-len", type=int, default=None, help="max_tokens (default: 32 random, 256 copy)")
     l.add_argument("--output-json", default=None)
     add_engine_args(l)
     l.set_defaults(func=cmd_latency)
+    sd = sub.add_parser("spec-decode", help="speculative decoding: none, ngram, draft model (and vLLM's ngram) on random and copying prompts, TPOT ratios")
+    add_spec_decode_args(sd)
     s = sub.add_parser("serve", help="load-test a running OpenAI-compatible server (streamed /v1/completions), or (--baseline) start vllm serve and litevllm serve in turn and compare them")
     s.add_argument("--base-url", default="http://127.0.0.1:8000")
     s.add_argument("--model", default=None, help="the model folder: its tokenizer turns the prompts into text; with --baseline, the servers serve it")

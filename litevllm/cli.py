@@ -6,14 +6,15 @@ Docs: https://litevllm.github.io/litevllm/cli.html.md"""
 
 # %% ../nbs/15_cli.ipynb #815b65de
 from __future__ import annotations
-import argparse, dataclasses, logging, re, sys, typing
+import argparse, dataclasses, json, logging, re, sys, typing
+from .exceptions import VLLMValidationError
 
 logger = logging.getLogger("litevllm")
 
 # %% auto #0
-__all__ = ['logger', 'VLLM_SERVE_SPECS', 'VLLM_SERVE_FLAGS', 'human_readable_int', 'add_engine_args', 'engine_kwargs',
-           'cmd_generate', 'make_parser', 'main', 'VllmFlag', 'parse_vllm_flag', 'add_vllm_noop_args',
-           'warn_vllm_noops', 'vllm_flags_table']
+__all__ = ['logger', 'VLLM_SERVE_SPECS', 'VLLM_SERVE_FLAGS', 'human_readable_int', 'json_object', 'add_engine_args',
+           'engine_kwargs', 'check_engine_kwargs', 'cmd_generate', 'make_parser', 'main', 'VllmFlag', 'parse_vllm_flag',
+           'add_vllm_noop_args', 'warn_vllm_noops', 'vllm_flags_table']
 
 # %% ../nbs/15_cli.ipynb #f795823d
 def human_readable_int(s:str) -> int:
@@ -27,6 +28,16 @@ def human_readable_int(s:str) -> int:
 
 # %% ../nbs/15_cli.ipynb #609ea8af
 _HUMAN_INTS = {"max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes"}  # vLLM reads these with human_readable_int
+_SHORT_FLAGS = {"speculative_config": ("-sc",)}  # vLLM's short names of engine flags
+_SPEC_SHORTHANDS = {"spec_method": "method", "spec_model": "model", "spec_tokens": "num_speculative_tokens"}  # vLLM's flags for keys of -sc
+
+def json_object(s:str) -> dict|None:
+    "A flag's JSON object, as vLLM reads `--speculative-config '{...}'` ('' or 'None': None)."
+    if s in ("", "None"): return None
+    try: v = json.loads(s)
+    except json.JSONDecodeError as e: raise argparse.ArgumentTypeError(f"not valid JSON ({e}): {s!r}") from None
+    if not isinstance(v, dict): raise argparse.ArgumentTypeError(f"must be a JSON object ({{...}}), got {s!r}")
+    return v
 
 def add_engine_args(p:argparse.ArgumentParser):
     "A flag for every EngineArgs field, with vLLM's names (--max-model-len, --no-enable-prefix-caching, ...)."
@@ -40,18 +51,39 @@ def add_engine_args(p:argparse.ArgumentParser):
             base = next((a for a in typing.get_args(t) if a is not type(None)), t)
             if typing.get_origin(base) is list: p.add_argument(flag, type=typing.get_args(base)[0], nargs="+", default=f.default)  # --cudagraph-capture-sizes 1 2 4
             elif f.name in _HUMAN_INTS: p.add_argument(flag, type=human_readable_int, default=f.default)  # --max-model-len 32k
+            elif base is dict: p.add_argument(flag, *_SHORT_FLAGS.get(f.name, ()), type=json_object, default=f.default, metavar="JSON")  # -sc '{...}'
             else: p.add_argument(flag, type=base, default=f.default)
+    p.add_argument("--spec-method", default=None, help="speculative_config's method (ngram | draft_model)")
+    p.add_argument("--spec-model", default=None, help="speculative_config's model (the draft model's folder)")
+    p.add_argument("--spec-tokens", type=int, default=None, help="speculative_config's num_speculative_tokens")
 
 def engine_kwargs(ns:argparse.Namespace) -> dict:
-    "The EngineArgs keywords (all but `model`) given on the command line."
+    "The EngineArgs keywords (all but `model`) given on the command line; --spec-method/--spec-model/--spec-tokens go into speculative_config."
     from litevllm.config import EngineArgs
-    return {f.name: getattr(ns, f.name) for f in dataclasses.fields(EngineArgs) if f.name != "model"}
+    kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(EngineArgs) if f.name != "model"}
+    for dest, key in _SPEC_SHORTHANDS.items():  # vLLM's create_speculative_config: each one a key of the dict, never both
+        if (v := getattr(ns, dest, None)) is None: continue
+        spec = kw["speculative_config"] = dict(kw["speculative_config"] or {})
+        if key in spec: raise VLLMValidationError(f"--{dest.replace('_', '-')} and --speculative-config['{key}'] are mutually exclusive",
+                                                  parameter=f"speculative_config.{key}", value=v)
+        spec[key] = v
+    return kw
+
+def check_engine_kwargs(model:str|None, kw:dict):
+    "Check what can be checked of the engine flags before anything starts: a bad speculative_config raises VLLMValidationError naming its field."
+    if kw.get("speculative_config") is None: return
+    from transformers import AutoConfig
+    from litevllm.config import SpeculativeConfig, resolve_model
+    path = resolve_model(model)  # the target's config.json only (the draft's too, for draft_model): no weights
+    SpeculativeConfig.from_dict(kw["speculative_config"], AutoConfig.from_pretrained(path), kw.get("tokenizer") or path, kw.get("tensor_parallel_size", 1))
 
 # %% ../nbs/15_cli.ipynb #fecd14aa
 def cmd_generate(ns):
     from litevllm.llm import LLM
     from litevllm.sampling_params import SamplingParams
-    llm = LLM(ns.model, **engine_kwargs(ns))
+    kw = engine_kwargs(ns)
+    check_engine_kwargs(ns.model, kw)
+    llm = LLM(ns.model, **kw)
     sp = SamplingParams(temperature=ns.temperature, top_p=ns.top_p, top_k=ns.top_k, max_tokens=ns.max_tokens, seed=ns.seed_sampling)
     prompts = ns.prompts or ["The capital of France is", "Once upon a time"]
     if ns.chat: outs = llm.chat([[{"role": "user", "content": p}] for p in prompts], sp, use_tqdm=False)
@@ -106,6 +138,8 @@ _VLLM_WORKS = {  # why -> flags: litevllm has these
         --gpu-memory-utilization|--device-memory-utilization --kv-cache-memory-bytes --num-gpu-blocks-override
         --enable-prefix-caching/b --max-num-batched-tokens --max-num-seqs --long-prefill-token-threshold
         --scheduling-policy --enable-chunked-prefill/b --cudagraph-capture-sizes --disable-log-stats/t --reasoning-parser""",
+    "speculative decoding (ngram, draft_model): the `speculative_config` engine field, and vLLM's shorthands for three of its keys": """
+        --speculative-config|-sc --spec-method --spec-model --spec-tokens""",
 }
 
 # %% ../nbs/15_cli.ipynb #7062a269
@@ -185,11 +219,12 @@ _VLLM_NOOP = {  # why -> flags: accepted, a warning at start says they do nothin
     'API server: litevllm runs one uvicorn server, with its defaults': """
         --api-server-count|-asc/i --renderer-num-workers/i=1 --sse-keep-alive-interval/i=0
         --h11-max-incomplete-event-size/i=4194304 --h11-max-header-count/i=256 --enable-offline-docs/b=False""",
-    "only with vLLM's Cohere / Anthropic endpoints, speculative decoding or quantization: not here": """
+    "only with vLLM's Cohere / Anthropic endpoints or quantization: not here": """
         --cohere-is-reasoning-model/b=True --cohere-format/s=cmd4
         --anthropic-disabled-thinking-effort/s:auto,high,low,max,medium,none,xhigh=auto
-        --per-request-spec-decode-metrics/s:detailed,none,summary=none --allow-deprecated-quantization/b=False
-        --kv-cache-dtype-skip-layers/s+""",
+        --allow-deprecated-quantization/b=False --kv-cache-dtype-skip-layers/s+""",
+    "per-request speculative decoding metrics in responses: not here (the engine's vllm:spec_decode_* counters are on /metrics)": """
+        --per-request-spec-decode-metrics/s:detailed,none,summary=none""",
     'deprecated in vLLM 0.32, without effect there too': """
         --disable-cascade-attn/b""",
 }
@@ -204,8 +239,6 @@ _VLLM_REFUSED = {  # why -> flags: not added, argparse refuses them
         --lora-modules --enable-lora/b --max-loras --max-lora-rank --lora-dtype --enable-tower-connector-lora/b
         --max-cpu-loras --fully-sharded-loras/b --lora-target-modules --default-mm-loras --specialize-active-lora/b
         --enable-mixed-moe-lora-format/b --enable-moe-shared-loras/b --max-lora-cls-labels""",
-    'speculative decoding: planned, not implemented yet': """
-        --speculative-config|-sc --spec-method --spec-model --spec-tokens""",
     'quantization (weights or KV cache): not implemented': """
         --quantization|-q --quantization-config --kv-cache-dtype""",
     "chat rendering: litevllm renders the chat template (the model's, or --chat-template) as it is": """

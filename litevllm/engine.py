@@ -14,7 +14,7 @@ from .exceptions import VLLMValidationError
 from .inputs import InputProcessor, EngineCoreRequest, get_tokenizer, PromptType
 from .request import RequestStatus
 from .kv_cache import PrefixCacheStats
-from .scheduler import EngineCoreOutput, SchedulerStats
+from .scheduler import EngineCoreOutput, SchedulerStats, SpecDecodingStats
 from .structured_output import validate_structured_output
 from .executor import EngineDeadError  # noqa: re-exported, as before
 from .engine_core import EngineCore, EngineCoreOutputs  # EngineCore: also importable from here, as before
@@ -41,9 +41,11 @@ class LLMEngine:
         self._core_stats: dict[int, SchedulerStats] = {}    # engine index -> its last stats
         self._core_free: dict[int, int] = {}
         self._prefix_stats: dict[int, PrefixCacheStats] = {}  # per engine: prefix-cache counters since the last get_stats()
+        self._spec_stats: dict[int, SpecDecodingStats] = {}   # per engine: speculative decoding's counts since the last get_stats()
         self.last_engine_index = 0                           # the engine core whose outputs came last
         self.log_stats = not vllm_config.disable_log_stats
         self.stat_logger = self._make_stat_logger() if self.log_stats else None  # what get_metrics() reads
+        self.spec_decoding_logging = self._make_spec_decoding_logging() if self.log_stats else None  # the log line's drafts (None: no speculation)
         self._scheduled_times: dict[str, float] = {}  # request id -> when first scheduled (for the metrics' phase times)
         self._last_log = time.monotonic()
         self.output_timings: list[float] = []
@@ -150,32 +152,49 @@ def _note_core_stats(self:LLMEngine, outs:EngineCoreOutputs):
     self._core_stats[e], self._core_free[e] = outs.scheduler_stats, outs.num_free_blocks
     pc = self._prefix_stats.setdefault(e, PrefixCacheStats())
     pc.requests, pc.queries, pc.hits = pc.requests + new.requests, pc.queries + new.queries, pc.hits + new.hits
+    if (sd := outs.scheduler_stats.spec_decoding_stats) is not None:  # each step's drafts come once: add them up until taken
+        self._spec_stats[e] = _add_spec_stats(self._spec_stats.get(e), sd)
+        if self.spec_decoding_logging is not None: self.spec_decoding_logging.observe(sd)
     self.num_free_blocks = sum(self._core_free.values())
 
-@patch
-def get_engine_stats(self:LLMEngine) -> dict[int, tuple[SchedulerStats, int]]:
-    "Each engine core's statistics (prefix-cache counters since the last call) and free blocks, by engine index."
-    if not self.engine_core.multiprocess: self._note_core_stats(EngineCoreOutputs(scheduler_stats=self.engine_core.scheduler.make_stats(),
-                                                                                   num_free_blocks=self.engine_core.num_free_blocks()))
-    res = {e: (dataclasses.replace(s, prefix_cache_stats=self._prefix_stats.pop(e, PrefixCacheStats())), self._core_free[e])
-           for e, s in sorted(self._core_stats.items())}
-    return res
+def _add_spec_stats(total:SpecDecodingStats|None, s:SpecDecodingStats) -> SpecDecodingStats:
+    "`total` (None: nothing yet) with one more step's SpecDecodingStats added, position by position too."
+    t = total or SpecDecodingStats.new(s.num_spec_tokens)
+    t.num_drafts += s.num_drafts; t.num_draft_tokens += s.num_draft_tokens; t.num_accepted_tokens += s.num_accepted_tokens
+    for mine, theirs in ((t.num_accepted_tokens_per_pos, s.num_accepted_tokens_per_pos), (t.num_draft_tokens_per_pos, s.num_draft_tokens_per_pos)):
+        for p, n in enumerate(theirs): mine[p] += n
+    return t
 
 @patch
-def get_stats(self:LLMEngine) -> SchedulerStats:
-    "The scheduler's statistics, summed over engine cores (prefix-cache counters since the last call)."
-    ss = [s for s, _ in self.get_engine_stats().values()]
+def get_engine_stats(self:LLMEngine, take:bool=True) -> dict[int, tuple[SchedulerStats, int]]:
+    "Each engine core's statistics (prefix-cache and spec-decode counts since the last call that took them) and free blocks, by engine index."
+    if not self.engine_core.multiprocess: self._note_core_stats(EngineCoreOutputs(scheduler_stats=self.engine_core.scheduler.make_stats(),
+                                                                                   num_free_blocks=self.engine_core.num_free_blocks()))
+    get = (lambda d, e, default: d.pop(e, default)) if take else (lambda d, e, default: d.get(e, default))
+    return {e: (dataclasses.replace(s, prefix_cache_stats=get(self._prefix_stats, e, PrefixCacheStats()),
+                                    spec_decoding_stats=get(self._spec_stats, e, None)), self._core_free[e])
+            for e, s in sorted(self._core_stats.items())}
+
+@patch
+def get_stats(self:LLMEngine, take:bool=True) -> SchedulerStats:
+    "The scheduler's statistics, summed over engine cores (prefix-cache and spec-decode counts since the last call; `take=False` leaves them)."
+    ss = [s for s, _ in self.get_engine_stats(take).values()]
     pc = PrefixCacheStats(*(sum(getattr(s.prefix_cache_stats, k) for s in ss) for k in ("requests", "queries", "hits")))
+    spec = None
+    for s in ss:
+        if s.spec_decoding_stats is not None: spec = _add_spec_stats(spec, s.spec_decoding_stats)
     return SchedulerStats(sum(s.num_running_reqs for s in ss), sum(s.num_waiting_reqs for s in ss),
                           sum(s.kv_cache_usage for s in ss) / max(1, len(ss)), pc, sum(s.num_preemptions for s in ss),
-                          sum(s.num_skipped_waiting_reqs for s in ss))
+                          sum(s.num_skipped_waiting_reqs for s in ss), spec)
 
 @patch
 def log_stats_line(self:LLMEngine):
-    s = self.get_stats()
+    "Log the engine's statistics line; with speculative decoding, vLLM's `SpecDecoding metrics` line after it (the steps since the last)."
+    s = self.get_stats(take=False)  # the counts stay for the Prometheus logger (AsyncLLM's takes them after this step)
     self._last_log = time.monotonic()
     logger.info(f"Running: {s.num_running_reqs} reqs, Waiting: {s.num_waiting_reqs} reqs, KV cache usage: {100 * s.kv_cache_usage:.1f}%, "
                 f"Prefix cache hit rate: {100 * s.prefix_cache_stats.hit_rate:.1f}%, Preemptions: {s.num_preemptions}")
+    if self.spec_decoding_logging is not None: self.spec_decoding_logging.log(logger.info)
 
 @patch
 def reset_prefix_cache(self:LLMEngine) -> bool: return self.engine_core.call_utility("reset_prefix_cache")
@@ -217,7 +236,15 @@ def _make_stat_logger(self:LLMEngine):
     name = DEFAULT_MODEL_NAME if self.vllm_config.args.model is None else str(self.vllm_config.args.model)
     n = self.num_blocks
     return PrometheusStatLogger(name, n, cache_config=cache_config_info(self.vllm_config, n), max_model_len=self.vllm_config.max_model_len,
-                                engine_indexes=list(range(self.vllm_config.parallel_config.data_parallel_size)))
+                                engine_indexes=list(range(self.vllm_config.parallel_config.data_parallel_size)),
+                                speculative_config=self.vllm_config.speculative_config)  # the vllm:spec_decode_* counters when on
+
+@patch
+def _make_spec_decoding_logging(self:LLMEngine):
+    "What adds up the drafts for the log line: only with speculative decoding on."
+    if self.vllm_config.speculative_config is None: return None
+    from litevllm.metrics import SpecDecodingLogging
+    return SpecDecodingLogging()
 
 @patch
 def _note_scheduled(self:LLMEngine, request_ids:list[str], t:float):

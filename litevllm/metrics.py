@@ -6,16 +6,17 @@ Docs: https://litevllm.github.io/litevllm/metrics.html.md"""
 
 # %% ../nbs/13_metrics.ipynb #c9a8c89d
 from __future__ import annotations
-import time
+import logging, time
 from types import SimpleNamespace
 from dataclasses import dataclass, field
 import prometheus_client as prom
 from prometheus_client import CollectorRegistry, generate_latest, disable_created_metrics
-from .scheduler import EngineCoreOutput, SchedulerStats
+from .scheduler import EngineCoreOutput, SchedulerStats, SpecDecodingStats
 
 # %% auto #0
 __all__ = ['FinishedRequestStats', 'PromptTokenStats', 'IterationStats', 'PrometheusStatLogger', 'parse_metrics', 'metric_value',
-           'cache_config_info', 'Metric', 'Counter', 'Vector', 'Gauge', 'Histogram', 'get_metrics_snapshot']
+           'cache_config_info', 'Metric', 'Counter', 'Vector', 'Gauge', 'Histogram', 'get_metrics_snapshot',
+           'SpecDecodingProm', 'SpecDecodingLogging']
 
 # %% ../nbs/13_metrics.ipynb #ca69d52c
 @dataclass
@@ -118,7 +119,8 @@ class PrometheusStatLogger:
     def __init__(self, model_name:str, num_blocks:int, registry:CollectorRegistry|None=None,
                  cache_config:dict|None=None,  # vllm:cache_config_info's labels (vLLM: every CacheConfig field, as strings)
                  max_model_len:int=10000, engine:str="0",
-                 engine_indexes:list[int]|None=None):  # data parallel: the engine cores (default: `engine` alone)
+                 engine_indexes:list[int]|None=None,  # data parallel: the engine cores (default: `engine` alone)
+                 speculative_config=None):  # a SpeculativeConfig: the vllm:spec_decode_* counters too (None: speculation off, none)
         self.registry = r = registry or CollectorRegistry()
         self.engines = [str(e) for e in engine_indexes] if engine_indexes is not None else [str(engine)]
         self.model_name, self.num_blocks, self.engine = model_name, num_blocks, self.engines[0]
@@ -184,6 +186,7 @@ class PrometheusStatLogger:
                                                        multiprocess_mode="mostrecent")
             info_fam.labels(**info).set(1)  # an info metric: a gauge set to 1, as vLLM
         self.__dict__.update({k: getattr(self.views[self.engine], k) for k in fams})  # the first engine's, by their names
+        self.spec_decoding_prom = None if speculative_config is None else SpecDecodingProm(speculative_config, r, model_name, self.engines)
 
 # %% ../nbs/13_metrics.ipynb #4cc8a5f5
 @patch
@@ -202,6 +205,7 @@ def record(self:PrometheusStatLogger, scheduler_stats:SchedulerStats|None=None, 
         v.prompt_tokens_cached_by_source["device"].inc(s.prefix_cache_stats.hits)  # the only tier litevllm has
         if s.num_preemptions > v.last_preemptions:  # the scheduler counts since start: add the difference
             v.num_preemptions.inc(s.num_preemptions - v.last_preemptions); v.last_preemptions = s.num_preemptions
+        if s.spec_decoding_stats is not None and self.spec_decoding_prom is not None: self.spec_decoding_prom.observe(s.spec_decoding_stats, v.engine)
     if num_free_blocks is not None: v.num_free_blocks.set(num_free_blocks)
     if num_unfinished is not None: v.num_unfinished.set(num_unfinished)
     if iteration_stats is None: return
@@ -297,6 +301,7 @@ def get_metrics_snapshot(registry:CollectorRegistry) -> list[Metric]:
         if not m.name.startswith("vllm:"): continue
         def samples(suffix=""): return [s for s in m.samples if s.name == m.name + suffix]
         if m.type == "gauge": res += [Gauge(m.name, s.labels, s.value) for s in samples()]
+        elif m.type == "counter" and m.name == "vllm:spec_decode_num_accepted_tokens_per_pos": res += _per_position(m.name, samples("_total"))
         elif m.type == "counter": res += [Counter(m.name, s.labels, int(s.value)) for s in samples("_total")]
         elif m.type == "histogram":
             key = lambda labels: frozenset((k, v) for k, v in labels.items() if k != "le")
@@ -304,6 +309,15 @@ def get_metrics_snapshot(registry:CollectorRegistry) -> list[Metric]:
             for s in samples("_bucket"): buckets.setdefault(key(s.labels), {})[s.labels["le"]] = int(s.value)
             res += [Histogram(m.name, dict(k), counts[k], sums[k], b) for k, b in buckets.items()]
     return res
+
+def _per_position(name:str, samples:list) -> list[Vector]:
+    "A counter labelled by `position` as one Vector per other label set: values[p] = the count at position p."
+    vecs = {}
+    for s in samples:
+        labels = {k: v for k, v in s.labels.items() if k != "position"}
+        vecs.setdefault(frozenset(labels.items()), (labels, {}))[1][int(s.labels["position"])] = int(s.value)
+    top = max((p for _, by_pos in vecs.values() for p in by_pos), default=-1)
+    return [Vector(name, labels, [by_pos.get(p, 0) for p in range(top + 1)]) for labels, by_pos in vecs.values()]
 
 @patch
 def get_metrics_snapshot(self:PrometheusStatLogger) -> list[Metric]: return get_metrics_snapshot(self.registry)
@@ -318,3 +332,55 @@ def record_engine_step(self:PrometheusStatLogger, engine, iteration_stats:Iterat
     for e, (stats, free) in engine.get_engine_stats().items(): self.record(stats, None, free, engine_index=e)
     self.record(num_unfinished=engine.output_processor.get_num_unfinished_requests())  # the front end's: under the first engine
     self.record(None, iteration_stats, engine_index=engine.last_engine_index)
+
+# %% ../nbs/13_metrics.ipynb #37826c91
+_SPEC_DECODE_COUNTERS = (("num_drafts", "vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
+                         ("num_draft_tokens", "vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
+                         ("num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."))
+
+class SpecDecodingProm:
+    "vLLM's speculative-decoding counters, one label set per engine core; `PrometheusStatLogger` makes it when speculation is on."
+    def __init__(self, speculative_config,  # a SpeculativeConfig: its num_speculative_tokens (k) sets the positions
+                 registry:CollectorRegistry, model_name:str, engines:list[str]):
+        lab, k = ["model_name", "engine"], speculative_config.num_speculative_tokens
+        fams = {attr: prom.Counter(name, doc, lab, registry=registry) for attr, name, doc in _SPEC_DECODE_COUNTERS}
+        per_pos = prom.Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", lab + ["position"],
+                               registry=registry)
+        self.views = {e: SimpleNamespace(**{a: f.labels(model_name, e) for a, f in fams.items()},
+                                         per_pos=[per_pos.labels(model_name, e, str(p)) for p in range(k)]) for e in engines}
+
+    def observe(self, stats:SpecDecodingStats, engine:str="0"):
+        "Add a step's SpecDecodingStats to engine `engine`'s counters."
+        v = self.views[str(engine)]
+        v.num_drafts.inc(stats.num_drafts); v.num_draft_tokens.inc(stats.num_draft_tokens); v.num_accepted_tokens.inc(stats.num_accepted_tokens)
+        for c, n in zip(v.per_pos, stats.num_accepted_tokens_per_pos): c.inc(n)
+
+# %% ../nbs/13_metrics.ipynb #bb658705
+class SpecDecodingLogging:
+    "Add up the steps' SpecDecodingStats between two log lines; `log` writes vLLM's `SpecDecoding metrics` line and starts again."
+    def __init__(self): self.reset()
+
+    def reset(self):
+        self.num_drafts = self.num_draft_tokens = self.num_accepted_tokens = 0
+        self.accepted_per_pos: list[int] = []  # by draft position
+        self.last_log_time = time.monotonic()
+
+    def observe(self, stats:SpecDecodingStats):
+        self.num_drafts += stats.num_drafts; self.num_draft_tokens += stats.num_draft_tokens; self.num_accepted_tokens += stats.num_accepted_tokens
+        pos = stats.num_accepted_tokens_per_pos
+        if len(self.accepted_per_pos) < len(pos): self.accepted_per_pos += [0] * (len(pos) - len(self.accepted_per_pos))
+        for p, n in enumerate(pos): self.accepted_per_pos[p] += n
+
+    def log(self, log_fn=None):  # log_fn: called as log_fn(format, *args) (default: the litevllm logger's info)
+        "Log the line for the steps observed since the last one (none: nothing), then reset."
+        if not self.num_drafts: return
+        elapsed = time.monotonic() - self.last_log_time
+        per_s = lambda n: n / elapsed if elapsed > 0 else 0.0
+        rate = 100 * self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else float("nan")
+        by_pos = ", ".join(f"{n / self.num_drafts:.3f}" for n in self.accepted_per_pos)
+        (log_fn or logging.getLogger("litevllm").info)(
+            "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, Drafted throughput: %.2f tokens/s, "
+            "Accepted: %d tokens, Drafted: %d tokens, Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%",
+            1 + self.num_accepted_tokens / self.num_drafts, per_s(self.num_accepted_tokens), per_s(self.num_draft_tokens),
+            self.num_accepted_tokens, self.num_draft_tokens, by_pos, rate)
+        self.reset()

@@ -13,7 +13,8 @@ from .config import VllmConfig
 from .models.llama import get_model
 from .distributed import GroupCoordinator
 import copy
-from .attention import determine_num_blocks, kv_cache_dtype, allocate_kv_caches, build_attention_metadata, get_attention_backend, AttentionMetadata
+from .spec_decode import NgramProposer, DraftModelProposer, RejectionSampler
+from .attention import kv_cache_bytes_per_block, determine_num_blocks, kv_cache_dtype, allocate_kv_caches, build_attention_metadata, get_attention_backend, AttentionMetadata
 from .sampler import Sampler, make_sampling_metadata, gather_logprobs, LogprobsTensors
 from .scheduler import SchedulerOutput
 from .structured_output import GrammarOutput, apply_grammar_bitmask
@@ -41,12 +42,13 @@ class CachedRequestState:
 
 @dataclass
 class ModelRunnerOutput:
-    "One step's results: a token (and logprobs, when asked) per sampling request; prompt logprobs per chunk."
+    "One step's results: the new tokens (and logprobs, when asked) of each sampling request; prompt logprobs per chunk; drafts."
     req_ids: list[str]
     req_id_to_index: dict[str, int]
-    sampled_token_ids: list[int]
-    logprobs: LogprobsTensors|None = None
+    sampled_token_ids: list[list[int]]  # per request: one token, or with speculative decoding the accepted drafts + one
+    logprobs: LogprobsTensors|None = None  # one row per sampled token, requests in order
     prompt_logprobs_dict: dict[str, LogprobsTensors] = field(default_factory=dict)
+    spec_token_ids: dict[str, list[int]] = field(default_factory=dict)  # request id -> drafts proposed for its next step
 
 EMPTY_MODEL_RUNNER_OUTPUT = ModelRunnerOutput([], {}, [])
 
@@ -62,11 +64,18 @@ class ModelRunner:
         self.model = get_model(c, self.tp)  # this rank's shard
         self.vocab_size = c.hf_config.vocab_size
         self.num_blocks = self.tp.min(determine_num_blocks(c, self.model, self._kv_cache_config()), c.device)  # each rank's budget, its own KV heads (on CUDA: after a profiling run); every rank the same
+        spec = c.speculative_config
+        if spec and spec.method == "draft_model" and not c.num_gpu_blocks_override:  # the draft's KV cache shares the budget
+            t, d = (kv_cache_bytes_per_block(h, c.block_size, kv_cache_dtype(c)) for h in (self._kv_cache_config(), spec.draft_hf_config))
+            self.num_blocks = max(1, self.num_blocks * t // (t + d))
         self.kv_caches = allocate_kv_caches(self._kv_cache_config(), self.num_blocks, c.block_size, kv_cache_dtype(c), c.device,
                                             c.attention_backend)
         head_dim = self.model.layers[0].self_attn.head_dim
         self.attn = get_attention_backend(c.attention_backend, self.kv_caches, c.block_size, head_dim ** -0.5)
         self.sampler = Sampler(torch.Generator(device=c.device).manual_seed(c.seed))
+        self.rejection_sampler = RejectionSampler(self.sampler)   # speculative decoding: verifies drafts
+        self.drafter = (None if spec is None else NgramProposer(spec, c.max_model_len) if spec.method == "ngram"
+                        else DraftModelProposer(c, self.num_blocks, self.tp))
         self.requests: dict[str, CachedRequestState] = {}
         self.timings: dict[str, float] = {}   # seconds of the last step: prepare, forward, sample
         self.capture_model()                  # CUDA graphs of the decode step (CUDA, Triton backend, not enforce_eager)
@@ -108,8 +117,9 @@ class InputBatch:
     input_ids: torch.Tensor      # (tokens,)
     positions: torch.Tensor      # (tokens,)
     md: AttentionMetadata
-    sample_rows: list[int]       # the flat-batch row of each sampling request's last token
-    sample_ids: list[str]        # those requests, in the same order
+    sample_rows: list[int]       # the flat-batch rows whose logits sample: each sampling request's last token (and its drafts)
+    sample_ids: list[str]        # those requests, in order
+    spec_token_ids: list[list[int]]  # each sampling request's drafts this step (speculative decoding; else [])
     prompt_logprobs: list[tuple] # (req_id, first row, end row, target token ids, k, prompt positions done after)
     embeds_rows: torch.Tensor|None = None  # the rows that are prompt-embeds positions...
     embeds: torch.Tensor|None = None       # ...and their embeddings, (len(embeds_rows), hidden)
@@ -117,15 +127,16 @@ class InputBatch:
 @patch
 def _prepare_inputs(self:ModelRunner, so:SchedulerOutput) -> InputBatch:
     "The flat batch of `so` from the runner's batch state (which it leaves as it is)."
-    ids, pos, qlens, slens, tables, sample_rows, sample_ids, plp, erows, eparts = [], [], [], [], [], [], [], [], [], []
+    ids, pos, qlens, slens, tables, sample_rows, sample_ids, plp, erows, eparts, drafts = [], [], [], [], [], [], [], [], [], [], []
     offset = 0
     for rid, n in so.num_scheduled_tokens.items():
         st = self.requests[rid]
-        start = st.num_computed_tokens
-        ids.extend(st.token_ids[start:start + n])
+        start, spec = st.num_computed_tokens, so.scheduled_spec_decode_tokens.get(rid, [])
+        ids.extend(st.token_ids[start:start + n - len(spec)]); ids.extend(spec)  # known tokens, then the drafts
         pos.append(np.arange(start, start + n))
         qlens.append(n); slens.append(start + n); tables.append(st.block_ids)
-        if start + n == len(st.token_ids): sample_rows.append(offset + n - 1); sample_ids.append(rid)
+        if start + n == len(st.token_ids) + len(spec):  # samples: from its last known token and from each draft
+            sample_rows.extend(range(offset + n - 1 - len(spec), offset + n)); sample_ids.append(rid); drafts.append(spec)
         if st.sampling_params.prompt_logprobs is not None:
             lo = max(start, st.num_prompt_logprobs_done)
             end = min(start + n, len(st.prompt_token_ids) - 1)  # positions that predict a prompt token
@@ -136,7 +147,7 @@ def _prepare_inputs(self:ModelRunner, so:SchedulerOutput) -> InputBatch:
         offset += n
     dev = self.device
     return InputBatch(torch.tensor(ids, dtype=torch.int64, device=dev), torch.from_numpy(np.concatenate(pos)).to(dev),
-                      build_attention_metadata(qlens, slens, tables, self.block_size, dev), sample_rows, sample_ids, plp,
+                      build_attention_metadata(qlens, slens, tables, self.block_size, dev), sample_rows, sample_ids, drafts, plp,
                       torch.from_numpy(np.concatenate(erows)).to(dev) if erows else None, torch.cat(eparts) if eparts else None)
 
 @patch
@@ -157,22 +168,32 @@ def _prompt_logprobs(self:ModelRunner, hidden, plans:list[tuple]) -> dict:
 
 # %% ../nbs/09_model_runner.ipynb #78907060
 @patch
-def _sample(self:ModelRunner, logits, sample_ids:list[str], grammar_output:GrammarOutput|None=None) -> tuple[list[int], LogprobsTensors|None]:
-    "Sample one token per row of `logits` (the requests `sample_ids`) and append it to their state."
+def _sample(self:ModelRunner, logits, sample_ids:list[str], grammar_output:GrammarOutput|None=None,
+            drafts:list[list[int]]|None=None,  # each request's drafts (its logits rows: 1 + len(drafts))
+            ) -> tuple[list[list[int]], LogprobsTensors|None]:
+    "The new tokens of each request `sample_ids` from its rows of `logits`: one, or the accepted drafts and one."
     self._mask_seconds = 0.0
     if not sample_ids: return [], None
+    drafts = drafts or [[] for _ in sample_ids]
+    row_ids = [r for r, d in zip(sample_ids, drafts) for _ in range(1 + len(d))]  # each logits row's request
     if grammar_output is not None:  # first, before any other processing (in float32, as the sampler works: xgrammar's CPU kernel wants it)
         t0 = time.perf_counter()
-        logits = apply_grammar_bitmask(logits.float(), grammar_output, sample_ids)
+        logits = apply_grammar_bitmask(logits.float(), grammar_output, row_ids)
         self._mask_seconds = time.perf_counter() - t0
     states = [self.requests[r] for r in sample_ids]
-    smd = make_sampling_metadata([s.sampling_params for s in states], [s.prompt_token_ids for s in states],
-                                 [s.output_token_ids for s in states],
-                                 {i: s.generator for i, s in enumerate(states) if s.generator is not None},
-                                 self.vocab_size, [s.eos_token_id for s in states], self.device)
-    out = self.sampler(logits, smd)
-    tokens = out.sampled_token_ids.tolist()
-    for st, t in zip(states, tokens): st.output_token_ids.append(t); st.token_ids.append(t)
+    gens = {i: s.generator for i, s in enumerate(states) if s.generator is not None}
+    if not any(drafts):
+        smd = make_sampling_metadata([s.sampling_params for s in states], [s.prompt_token_ids for s in states],
+                                     [s.output_token_ids for s in states], gens, self.vocab_size, [s.eos_token_id for s in states], self.device)
+        out = self.sampler(logits, smd)
+        tokens = [[t] for t in out.sampled_token_ids.tolist()]
+    else:  # a row per position; row j of a request sees its first j drafts as output (penalties, min_tokens, bad words)
+        rows = [(s, d[:j]) for s, d in zip(states, drafts) for j in range(len(d) + 1)]
+        smd = make_sampling_metadata([s.sampling_params for s, _ in rows], [s.prompt_token_ids for s, _ in rows],
+                                     [s.output_token_ids + d for s, d in rows], gens, self.vocab_size,
+                                     [s.eos_token_id for s, _ in rows], self.device)  # generators: by request (the rejection sampler's)
+        out = self.rejection_sampler(logits, smd, drafts)
+        tokens = out.sampled_token_ids
     lps = out.logprobs_tensors
     if lps is not None: lps = LogprobsTensors(lps.logprob_token_ids.cpu(), lps.logprobs.cpu(), lps.selected_token_ranks.cpu())
     return tokens, lps
@@ -193,12 +214,33 @@ def execute_model(self:ModelRunner, so:SchedulerOutput, grammar_output:GrammarOu
     prompt_lps = self._prompt_logprobs(hidden, b.prompt_logprobs)
     if self.device.type == "cuda": torch.cuda.synchronize()
     t2 = time.perf_counter()
-    tokens, lps = self._sample_and_sync(logits, b.sample_ids, grammar_output)
-    for rid, n in so.num_scheduled_tokens.items(): self.requests[rid].num_computed_tokens += n
+    tokens, lps = self._sample_and_sync(logits, b.sample_ids, grammar_output, b.spec_token_ids)
+    starts = {rid: self.requests[rid].num_computed_tokens for rid in so.num_scheduled_tokens}
+    rejected = {rid: len(d) + 1 - len(t) for rid, d, t in zip(b.sample_ids, b.spec_token_ids, tokens)}
+    for rid, t in zip(b.sample_ids, tokens): self.requests[rid].output_token_ids.extend(t); self.requests[rid].token_ids.extend(t)
+    for rid, n in so.num_scheduled_tokens.items(): self.requests[rid].num_computed_tokens += n - rejected.get(rid, 0)
     for rid, *_, done in b.prompt_logprobs: self.requests[rid].num_prompt_logprobs_done = done
     t3 = time.perf_counter()
-    self.timings = dict(prepare=t1 - t0, forward=t2 - t1, sample=t3 - t2, mask=getattr(self, "_mask_seconds", 0.0))  # mask: within sample
-    return ModelRunnerOutput(b.sample_ids, {r: i for i, r in enumerate(b.sample_ids)}, tokens, lps, prompt_lps)
+    drafts = self._propose_drafts(so, b.sample_ids, starts) if self.drafter is not None else {}
+    self.timings = dict(prepare=t1 - t0, forward=t2 - t1, sample=t3 - t2, mask=getattr(self, "_mask_seconds", 0.0),
+                        propose=time.perf_counter() - t3)  # mask: within sample
+    return ModelRunnerOutput(b.sample_ids, {r: i for i, r in enumerate(b.sample_ids)}, tokens, lps, prompt_lps, drafts)
+
+# %% ../nbs/09_model_runner.ipynb #de8ff56e
+@patch
+def _propose_drafts(self:ModelRunner, so:SchedulerOutput, sample_ids:list[str], starts:dict[str, int]) -> dict[str, list[int]]:
+    "Each sampling request's drafts for its next step (`starts`: each request's computed tokens before this step)."
+    sampled = set(sample_ids)
+    if isinstance(self.drafter, NgramProposer):
+        ids = [r for r in sample_ids if self.requests[r].prompt_embeds is None]
+        return dict(zip(ids, self.drafter.propose([self.requests[r].token_ids for r in ids])))
+    feeds, rids = [], []
+    for rid, n in so.num_scheduled_tokens.items():
+        st = self.requests[rid]
+        if st.prompt_embeds is not None: continue
+        a = starts[rid]  # the draft reads what the target kept: a prefill chunk, or (sampling) up to and with the new token
+        feeds.append((st.token_ids[a:] if rid in sampled else st.token_ids[a:a + n], a, st.block_ids, rid in sampled)); rids.append(rid)
+    return {r: d for r, d, f in zip(rids, self.drafter.propose(feeds), feeds) if f[3]}
 
 # %% ../nbs/09_model_runner.ipynb #a0164dc6
 @patch
@@ -212,15 +254,15 @@ def _kv_cache_config(self:ModelRunner):
 
 # %% ../nbs/09_model_runner.ipynb #d0c82ca6
 @patch
-def _sample_and_sync(self:ModelRunner, logits, sample_ids:list[str], grammar_output:GrammarOutput|None=None) -> tuple[list[int], LogprobsTensors|None]:
-    "`_sample`, then rank 0's tokens on every rank (a broadcast; nothing to do for one rank)."
-    tokens, lps = self._sample(logits, sample_ids, grammar_output)
+def _sample_and_sync(self:ModelRunner, logits, sample_ids:list[str], grammar_output:GrammarOutput|None=None,
+                     drafts:list[list[int]]|None=None) -> tuple[list[list[int]], LogprobsTensors|None]:
+    "`_sample`, then rank 0's tokens on every rank (a broadcast of a (requests, k+1) table padded with -1; nothing to do for one rank)."
+    tokens, lps = self._sample(logits, sample_ids, grammar_output, drafts)
     if self.tp.world_size == 1 or not tokens: return tokens, lps
-    tokens = self.tp.broadcast(torch.tensor(tokens, dtype=torch.int64, device=self.device), src=0).tolist()
-    for rid, t in zip(sample_ids, tokens):
-        st = self.requests[rid]
-        st.output_token_ids[-1] = st.token_ids[-1] = t
-    return tokens, lps
+    width = 1 + max(len(d) for d in drafts or [[]])
+    table = torch.tensor([t + [-1] * (width - len(t)) for t in tokens], dtype=torch.int64, device=self.device)
+    table = self.tp.broadcast(table, src=0).tolist()
+    return [[t for t in row if t >= 0] for row in table], lps
 
 # %% ../nbs/09_model_runner.ipynb #6802cca3
 def default_capture_sizes(max_num_seqs:int) -> list[int]:

@@ -191,31 +191,30 @@ def update(self:RequestState, o:EngineCoreOutput) -> str|None:
     if o.new_prompt_logprobs is not None and self.prompt_logprobs is not None:
         self.prompt_logprobs.extend(self._logprob_dicts(o.new_prompt_logprobs, self.params.prompt_logprobs))
     self.num_cached_tokens, self.stats.num_preemptions = o.num_cached_tokens, o.num_preemptions
-    new = o.new_token_ids
+    new, hit, p, d = o.new_token_ids, None, self.params, self.detok
+    if d is not None and new:  # detokenize first: a stop string inside a step's run of tokens (accepted drafts) ends it there
+        eos_text = not (o.finish_reason == FinishReason.STOP and not p.include_stop_str_in_output)  # EOS / stop token: no text
+        first, check_from = len(self.token_ids), len(d.output_text)   # output index of new[0]; where this step's text starts
+        for j, t in enumerate(new if eos_text else new[:-1]):
+            d.output_text += d.decode_next(t)
+            if first + j + 1 <= p.min_tokens: check_from = len(d.output_text); continue  # the first min_tokens' text: not searched
+            if p.stop and (hit := check_stop_strings(d.output_text, len(d.output_text) - check_from, p.stop, p.include_stop_str_in_output)):
+                new = new[:j + 1]; break
     if new:
         if self.stats.first_token_time is None: self.stats.first_token_time = now
         self.stats.last_token_time = now
         self.stats.num_generation_tokens += len(new)
         self.token_ids.extend(new)
         if o.new_logprobs is not None and self.logprobs is not None:
-            self.logprobs.extend(self._logprob_dicts(o.new_logprobs, self.params.logprobs))
-            self.cumulative_logprob += float(o.new_logprobs.logprobs[:len(new), 0].sum())
+            lp = o.new_logprobs.slice(0, len(new))
+            self.logprobs.extend(self._logprob_dicts(lp, self.params.logprobs))
+            self.cumulative_logprob += float(lp.logprobs[:, 0].sum())
     if o.finish_reason is not None: self.finish_reason, self.stop_reason = str(o.finish_reason), o.stop_reason
-    if self.detok is None or not new: return None
-    p, d = self.params, self.detok
-    if o.finish_reason == FinishReason.STOP and not p.include_stop_str_in_output: new = new[:-1]  # EOS / stop token: no text
-    first = len(self.token_ids) - len(o.new_token_ids)   # output index of new[0]
-    check_from = len(d.output_text)
-    for j, t in enumerate(new):
-        d.output_text += d.decode_next(t)
-        if first + j + 1 <= p.min_tokens: check_from = len(d.output_text)  # text of the first min_tokens tokens: not searched
-    if p.stop and len(self.token_ids) > p.min_tokens:
-        hit = check_stop_strings(d.output_text, len(d.output_text) - check_from, p.stop, p.include_stop_str_in_output)
-        if hit:
-            s, cut = hit
-            if cut != -1: d.output_text = d.output_text[:cut]
-            self.finish_reason, self.stop_reason = "stop", s
-            return s
+    if hit:
+        s, cut = hit
+        if cut != -1: d.output_text = d.output_text[:cut]
+        self.finish_reason, self.stop_reason = "stop", s
+        return s
     return None
 
 @patch

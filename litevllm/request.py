@@ -96,6 +96,8 @@ def state_diagram(transitions:dict=LEGAL_TRANSITIONS, labels:dict=_EDGE_LABELS) 
     lines = ['%%{init: {"flowchart": {"rankSpacing": 30, "nodeSpacing": 40}}}%%', "flowchart LR", "    start(( )) --> WAITING"]
     lines += [f"    {s.name}({s.name})" for s in _LAYOUT]  # rounded boxes: states
     lines += [f"    {a.name} -->" + (f"|{labels[a, b]}|" if (a, b) in labels else "") + f" {b.name}" for a, b in _walk(transitions)]
+    if _S.RUNNING in transitions:  # not a transition: where speculative decoding's drafts enter a running request's steps
+        lines.append("    RUNNING -.-> RUNNING")
     return Mermaid("\n".join(lines + ["    style start fill:#333,stroke:#333"]))
 
 # %% ../nbs/03_request.ipynb #27711e01
@@ -122,6 +124,7 @@ class Request:
         self.num_cached_tokens = -1
         self.num_preemptions = 0
         self.stop_reason: int|str|None = None
+        self.spec_token_ids: list[int] = []  # draft tokens proposed for the next step (speculative decoding), not yet verified
         self.block_hashes: list = []  # chained hashes of the full blocks of all_token_ids (kv_cache fills it)
         self.max_tokens = sampling_params.max_tokens
         self._status = RequestStatus.WAITING
@@ -141,6 +144,8 @@ class Request:
 
     @property
     def num_tokens(self) -> int: return len(self.all_token_ids)
+    @property
+    def num_tokens_with_spec(self) -> int: return len(self.all_token_ids) + len(self.spec_token_ids)  # what the next step may compute
     @property
     def num_output_tokens(self) -> int: return len(self.output_token_ids)
     def is_finished(self) -> bool: return RequestStatus.is_finished(self._status)

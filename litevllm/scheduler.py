@@ -7,6 +7,7 @@ Docs: https://litevllm.github.io/litevllm/scheduler.html.md"""
 # %% ../nbs/05_scheduler.ipynb #56c246aa
 from __future__ import annotations
 import heapq, time
+import numpy as np
 import torch
 from collections import deque
 from dataclasses import dataclass, field
@@ -18,8 +19,8 @@ from .structured_output import StructuredOutputManager, GrammarOutput
 
 # %% auto #0
 __all__ = ['FCFSRequestQueue', 'PriorityRequestQueue', 'create_request_queue', 'NewRequestData', 'CachedRequestData',
-           'SchedulerOutput', 'EngineCoreOutput', 'SchedulerStats', 'Scheduler', 'check_stop', 'fake_model_output',
-           'run_steps', 'plot_timeline', 'record_run', 'StepThrough', 'step_through']
+           'SchedulerOutput', 'EngineCoreOutput', 'SpecDecodingStats', 'SchedulerStats', 'Scheduler', 'check_stop',
+           'fake_model_output', 'run_steps', 'plot_timeline', 'record_run', 'StepThrough', 'step_through']
 
 # %% ../nbs/05_scheduler.ipynb #c7275565
 class FCFSRequestQueue(deque):
@@ -78,6 +79,7 @@ class SchedulerOutput:
     total_num_scheduled_tokens: int
     finished_req_ids: set[str]                  # finished since the last step: the runner drops them
     preempted_req_ids: set[str] = field(default_factory=set)
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)  # request id -> its draft tokens this step (speculative decoding)
 
 @dataclass
 class EngineCoreOutput:
@@ -94,6 +96,25 @@ class EngineCoreOutput:
     def finished(self) -> bool: return self.finish_reason is not None
 
 @dataclass
+class SpecDecodingStats:
+    "One step's speculative decoding (vLLM's): drafts checked, draft tokens, accepted ones, and both by draft position."
+    num_spec_tokens: int = 0
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+    num_draft_tokens_per_pos: list[int] = field(default_factory=list)
+    @classmethod
+    def new(cls, k:int) -> SpecDecodingStats: return cls(k, num_accepted_tokens_per_pos=[0] * k, num_draft_tokens_per_pos=[0] * k)
+    def observe_draft(self, num_draft_tokens:int, num_accepted_tokens:int):
+        "One request's drafts of this step: how many, and how many of them (a leading run) were accepted."
+        self.num_drafts += 1; self.num_draft_tokens += num_draft_tokens; self.num_accepted_tokens += num_accepted_tokens
+        for per_pos in (self.num_accepted_tokens_per_pos, self.num_draft_tokens_per_pos):  # drafts set by hand may pass k
+            per_pos.extend([0] * (num_draft_tokens - len(per_pos)))
+        for i in range(num_accepted_tokens): self.num_accepted_tokens_per_pos[i] += 1
+        for i in range(num_draft_tokens): self.num_draft_tokens_per_pos[i] += 1
+
+@dataclass
 class SchedulerStats:
     "A snapshot of the scheduler (vLLM's field names)."
     num_running_reqs: int = 0
@@ -102,6 +123,7 @@ class SchedulerStats:
     prefix_cache_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
     num_preemptions: int = 0           # since the engine started
     num_skipped_waiting_reqs: int = 0  # deferred: waiting for their grammar to compile (vLLM's "deferred" reason)
+    spec_decoding_stats: SpecDecodingStats|None = None  # the steps since the last snapshot (speculative decoding on)
 
 # %% ../nbs/05_scheduler.ipynb #2498e289
 class Scheduler:
@@ -124,6 +146,10 @@ class Scheduler:
         self.structured_output_manager = StructuredOutputManager(vllm_config)  # grammars: compiled off the loop
         self.grammar_compile_error_reqs: set[str] = set()  # their grammar failed: finished with an error in update_from_output
         self.deferred_waiting: set[str] = set()  # waiting requests whose grammar is not compiled yet (vLLM's name)
+        spec = getattr(vllm_config, "speculative_config", None)
+        self.num_spec_tokens = spec.num_speculative_tokens if spec else 0  # k: drafts a request may carry into a step
+        self.num_lookahead_tokens = self.num_spec_tokens if spec and spec.method == "draft_model" else 0  # slots the draft model writes ahead
+        self.spec_decoding_stats: SpecDecodingStats|None = None  # since the last make_stats
 
     def add_request(self, request:Request):
         if request.max_tokens is None: request.max_tokens = self.max_model_len - request.num_prompt_tokens
@@ -151,6 +177,7 @@ def _preempt(self:Scheduler, idx:int) -> Request:
     self.kv_cache_manager.free(victim)
     victim.status = RequestStatus.PREEMPTED
     victim.num_computed_tokens = 0
+    victim.spec_token_ids = []   # drafts are proposed again once it samples
     victim.num_preemptions += 1
     self.num_preemptions += 1
     self.waiting.prepend_request(victim)
@@ -170,6 +197,7 @@ class _Step:
     new_reqs: list[NewRequestData] = field(default_factory=list)
     cached: CachedRequestData = field(default_factory=CachedRequestData)
     preempted: set[str] = field(default_factory=set)
+    spec: dict[str, list[int]] = field(default_factory=dict)  # scheduled draft tokens
 
     def add_cached(self, request:Request, block_ids:list[int], resumed:bool, num_computed:int):
         c = self.cached
@@ -179,6 +207,7 @@ class _Step:
     def drop_cached(self, rid:str):
         "A request scheduled earlier this step was preempted: take its tokens back."
         self.token_budget += self.num_scheduled.pop(rid)
+        self.spec.pop(rid, None)
         j = self.cached.req_ids.index(rid)
         for name in ("req_ids", "resumed_from_preemption", "new_block_ids", "num_computed_tokens"): getattr(self.cached, name).pop(j)
 
@@ -189,9 +218,9 @@ def _schedule_running(self:Scheduler, st:_Step):
     i = 0
     while i < len(self.running) and st.token_budget > 0:
         request = self.running[i]
-        n = self._cap(request, request.num_tokens - request.num_computed_tokens, st.token_budget, st.has_company)
+        n = self._cap(request, request.num_tokens_with_spec - request.num_computed_tokens, st.token_budget, st.has_company)
         if n <= 0: i += 1; continue
-        while (new_blocks := self.kv_cache_manager.allocate_slots(request, n)) is None:
+        while (new_blocks := self.kv_cache_manager.allocate_slots(request, n, num_lookahead_tokens=self.num_lookahead_tokens)) is None:
             victim_idx = self.running.index(self._victim())
             victim = self._preempt(victim_idx)
             st.preempted.add(victim.request_id)
@@ -201,6 +230,9 @@ def _schedule_running(self:Scheduler, st:_Step):
         if new_blocks is None: break  # it preempted itself: nothing more fits
         st.num_scheduled[request.request_id] = n
         st.token_budget -= n
+        if (num_spec := n + request.num_computed_tokens - request.num_tokens) > 0:  # the budget may cut the drafts short
+            st.spec[request.request_id] = request.spec_token_ids[:num_spec]
+        request.spec_token_ids = []  # used (or dropped): the step's output brings new ones
         st.add_cached(request, [b.block_id for b in new_blocks], False, request.num_computed_tokens)
         i += 1
 
@@ -220,7 +252,7 @@ def _schedule_waiting(self:Scheduler, st:_Step):
         if st.has_company and 0 < self.long_prefill_token_threshold < n: n = self.long_prefill_token_threshold
         if not self.enable_chunked_prefill and n > st.token_budget: break  # waits; nothing behind it jumps the queue
         n = min(n, st.token_budget)
-        new_blocks = self.kv_cache_manager.allocate_slots(request, n, num_hit, hit_blocks)
+        new_blocks = self.kv_cache_manager.allocate_slots(request, n, num_hit, hit_blocks, self.num_lookahead_tokens)
         if new_blocks is None: break  # the pool is full: wait for blocks
         self.waiting.pop_request()
         self.running.append(request)
@@ -255,7 +287,7 @@ def schedule(self:Scheduler) -> SchedulerOutput:
     self._schedule_running(st)
     if not st.preempted: self._schedule_waiting(st)
     for rid, n in st.num_scheduled.items(): self.requests[rid].num_computed_tokens += n
-    out = SchedulerOutput(st.new_reqs, st.cached, st.num_scheduled, sum(st.num_scheduled.values()), self.finished_req_ids, st.preempted)
+    out = SchedulerOutput(st.new_reqs, st.cached, st.num_scheduled, sum(st.num_scheduled.values()), self.finished_req_ids, st.preempted, st.spec)
     self.finished_req_ids = set()
     return out
 
@@ -284,17 +316,22 @@ def _free_request(self:Scheduler, request:Request):
 def update_from_output(self:Scheduler, scheduler_output:SchedulerOutput, model_runner_output) -> list[EngineCoreOutput]:
     "Append each sampled token, stop finished requests, free their blocks; one EngineCoreOutput per request with news."
     outputs, stopped = [], []
-    idx = model_runner_output.req_id_to_index
+    idx, sampled = model_runner_output.req_id_to_index, model_runner_output.sampled_token_ids
+    lp_start = np.cumsum([0] + [len(t) for t in sampled])  # logprobs: one row per sampled token, requests in order
+    drafts = getattr(model_runner_output, "spec_token_ids", None) or {}
     for rid, n in scheduler_output.num_scheduled_tokens.items():
         request = self.requests.get(rid)
         if request is None: continue  # aborted while the step ran
         new_ids, logprobs = [], None
-        if rid in idx and request.num_computed_tokens == request.num_tokens:
-            i = idx[rid]
-            new_ids = [model_runner_output.sampled_token_ids[i]]
-            request.append_output_token_ids(new_ids)
-            if model_runner_output.logprobs is not None: logprobs = model_runner_output.logprobs.slice(i, i + 1)
-            if check_stop(request, self.max_model_len) or self._advance_grammar(request, new_ids): stopped.append(request)
+        if rid in idx and (gen := sampled[idx[rid]]):
+            spec = scheduler_output.scheduled_spec_decode_tokens.get(rid, [])
+            if spec: self._observe_drafts(request, len(spec), len(gen) - 1)  # rolls back the rejected drafts' tokens
+            for t in gen:  # the accepted drafts, then the model's own token: a stop cuts the run there
+                new_ids.append(t); request.append_output_token_ids(t)
+                if check_stop(request, self.max_model_len) or self._advance_grammar(request, [t]): stopped.append(request); break
+            if model_runner_output.logprobs is not None:
+                a = lp_start[idx[rid]]; logprobs = model_runner_output.logprobs.slice(a, a + len(new_ids))
+            if not request.is_finished() and rid in drafts: request.spec_token_ids = self._usable_drafts(request, drafts[rid])
         prompt_lp = (model_runner_output.prompt_logprobs_dict or {}).get(rid)
         if new_ids or prompt_lp is not None:
             outputs.append(EngineCoreOutput(rid, new_ids, request.get_finished_reason(), request.stop_reason, logprobs,
@@ -322,8 +359,24 @@ def finish_requests(self:Scheduler, request_ids, finished_status:RequestStatus=R
 def make_stats(self:Scheduler) -> SchedulerStats:
     "A snapshot after a step; the waiting requests split as vLLM's: for capacity, or deferred (grammar compiling)."
     deferred = len(self.deferred_waiting)
+    spec, self.spec_decoding_stats = self.spec_decoding_stats, None  # each step's counts are reported once
     return SchedulerStats(len(self.running), len(self.waiting) - deferred, self.kv_cache_manager.usage,
-                          self.kv_cache_manager.make_prefix_cache_stats(), self.num_preemptions, deferred)
+                          self.kv_cache_manager.make_prefix_cache_stats(), self.num_preemptions, deferred, spec)
+
+# %% ../nbs/05_scheduler.ipynb #43aafc28
+@patch
+def _observe_drafts(self:Scheduler, request:Request, num_draft:int, num_accepted:int):
+    "Count a request's verified drafts and take the rejected ones back from `num_computed_tokens`."
+    request.num_computed_tokens -= num_draft - num_accepted
+    if self.spec_decoding_stats is None: self.spec_decoding_stats = SpecDecodingStats.new(self.num_spec_tokens)
+    self.spec_decoding_stats.observe_draft(num_draft, num_accepted)
+
+@patch
+def _usable_drafts(self:Scheduler, request:Request, drafts:list[int]) -> list[int]:
+    "The leading `drafts` worth checking: within max_tokens (the step adds one token of its own), grammar-valid."
+    drafts = drafts[:max(0, min(self.num_spec_tokens, request.max_tokens - request.num_output_tokens - 1))]
+    if drafts and request.use_structured_output: drafts = self.structured_output_manager.validate_tokens(request, drafts)
+    return drafts
 
 # %% ../nbs/05_scheduler.ipynb #b6c487a0
 @patch
@@ -352,41 +405,50 @@ def _finish_grammar_errors(self:Scheduler) -> list[EngineCoreOutput]:
 @patch
 def get_grammar_bitmask(self:Scheduler, scheduler_output:SchedulerOutput) -> GrammarOutput|None:
     "The bitmask rows of this step's structured requests that sample (vLLM's name); None if there are none."
+    spec = scheduler_output.scheduled_spec_decode_tokens
     ids = [rid for rid in scheduler_output.num_scheduled_tokens
-           if (r := self.requests.get(rid)) is not None and r.use_structured_output and r.num_computed_tokens == r.num_tokens]
+           if (r := self.requests.get(rid)) is not None and r.use_structured_output and r.num_computed_tokens == r.num_tokens + len(spec.get(rid, ()))]
     if not ids: return None
-    return GrammarOutput(ids, self.structured_output_manager.grammar_bitmask(self.requests, ids))
+    drafts = {rid: spec[rid] for rid in ids if rid in spec}  # a row per draft position too, each after the drafts before it
+    return GrammarOutput([rid for rid in ids for _ in range(1 + len(drafts.get(rid, ())))],
+                         self.structured_output_manager.grammar_bitmask(self.requests, ids, drafts))
 
 # %% ../nbs/05_scheduler.ipynb #1aa34cea
 @dataclass
 class _FakeRunnerOutput:  # the fields update_from_output reads (the real one is model_runner.ModelRunnerOutput)
     req_ids: list[str]
     req_id_to_index: dict[str, int]
-    sampled_token_ids: list[int]
+    sampled_token_ids: list[list[int]]
     logprobs: object = None
     prompt_logprobs_dict: dict|None = None
 
 def fake_model_output(scheduler:Scheduler, so:SchedulerOutput, token:int=7):
-    "What a model runner would return, sampling `token` for every request at the end of its tokens."
-    ids = [rid for rid in so.num_scheduled_tokens
-           if rid in scheduler.requests and scheduler.requests[rid].num_computed_tokens == scheduler.requests[rid].num_tokens]
-    return _FakeRunnerOutput(ids, {r: i for i, r in enumerate(ids)}, [token] * len(ids))
+    "What a model runner would return, sampling `token` for every request at the end of its tokens (and rejecting any drafts)."
+    spec = so.scheduled_spec_decode_tokens
+    ids = [rid for rid in so.num_scheduled_tokens if (r := scheduler.requests.get(rid)) and r.num_computed_tokens == r.num_tokens + len(spec.get(rid, ()))]
+    return _FakeRunnerOutput(ids, {r: i for i, r in enumerate(ids)}, [[token]] * len(ids))
 
-def run_steps(scheduler:Scheduler, max_steps:int=1000, arrivals:dict|None=None) -> list[dict]:
-    "Step the scheduler with a fake model; a timeline of {step, scheduled, preempted, finished, waiting, usage}."
+def run_steps(scheduler:Scheduler, max_steps:int=1000, arrivals:dict|None=None, drafts:dict|None=None,
+              model_output=fake_model_output) -> list[dict]:
+    "Step the scheduler with a fake model; a timeline of {step, scheduled, spec, preempted, finished, waiting, usage, computed}."
+    # arrivals: {step: [requests added before it]}; drafts: {step: {request id: draft ids}}, set as the request's
+    # spec_token_ids before that step, as a proposer would have after the step before; model_output(scheduler, so)
     timeline = []
     for step in range(max_steps):
         for r in (arrivals or {}).get(step, []): scheduler.add_request(r)
+        for rid, ids in (drafts or {}).get(step, {}).items(): scheduler.requests[rid].spec_token_ids = list(ids)
         if not scheduler.has_unfinished_requests() and not any(s > step for s in (arrivals or {})): break
         so = scheduler.schedule()
-        outs = scheduler.update_from_output(so, fake_model_output(scheduler, so))
+        outs = scheduler.update_from_output(so, model_output(scheduler, so))
         timeline.append(dict(step=step, scheduled=dict(so.num_scheduled_tokens), preempted=sorted(so.preempted_req_ids),
+                             spec={rid: len(d) for rid, d in so.scheduled_spec_decode_tokens.items() if d},  # drafts among the scheduled
                              finished=[o.request_id for o in outs if o.finished], waiting=[r.request_id for r in scheduler.waiting],
-                             usage=scheduler.kv_cache_manager.usage))
+                             usage=scheduler.kv_cache_manager.usage,
+                             computed={rid: r.num_computed_tokens for rid in so.num_scheduled_tokens if (r := scheduler.requests.get(rid))}))
     return timeline
 
 def plot_timeline(timeline:list[dict], title:str="", ax=None, upto:int|None=None):
-    "A steps × requests grid: tokens scheduled per cell; P marks a preemption, F a finish. `upto`: steps after it left blank."
+    "A steps × requests grid: tokens scheduled per cell (1+3: one token and 3 drafts); P marks a preemption, F a finish. `upto`: steps after it left blank."
     import numpy as np, matplotlib.pyplot as plt
     rids = sorted({r for t in timeline for r in [*t["scheduled"], *t["preempted"]]}, key=lambda r: (len(r), r))
     grid = np.array([[t["scheduled"].get(r, 0) for t in timeline] for r in rids], dtype=float).reshape(len(rids), len(timeline))
@@ -397,7 +459,8 @@ def plot_timeline(timeline:list[dict], title:str="", ax=None, upto:int|None=None
     ax.imshow(np.ma.masked_invalid(grid), cmap="Blues", aspect="auto", vmin=0, vmax=top)
     for y, r in enumerate(rids):
         for x, t in enumerate(shown):
-            lab = str(t["scheduled"][r]) if r in t["scheduled"] else ""
+            n, d = t["scheduled"].get(r, 0), t.get("spec", {}).get(r, 0)   # tokens, and how many of them are drafts
+            lab = (f"{n - d}+{d}" if d else str(n)) if r in t["scheduled"] else ""
             if r in t["preempted"]: lab = "P"
             if r in t["finished"]: lab += "F"
             color = "red" if "P" in lab else "white" if grid[y, x] > 0.5 * top else "black"
@@ -408,13 +471,14 @@ def plot_timeline(timeline:list[dict], title:str="", ax=None, upto:int|None=None
     return ax
 
 # %% ../nbs/05_scheduler.ipynb #f2e2e06e
-def record_run(scheduler:Scheduler, max_steps:int=200) -> tuple[list[dict], list[KVCacheManager]]:
-    "Run with the fake model; the timeline and a copy of the KV cache manager after every step."
+def record_run(scheduler:Scheduler, max_steps:int=200, drafts:dict|None=None,
+               model_output=fake_model_output) -> tuple[list[dict], list[KVCacheManager]]:
+    "Run with the fake model; the timeline and a copy of the KV cache manager after every step (drafts: as `run_steps`)."
     import copy
     timeline, snaps = [], []
-    for _ in range(max_steps):
+    for step in range(max_steps):
         if not scheduler.has_unfinished_requests(): break
-        timeline += run_steps(scheduler, max_steps=1)
+        timeline += run_steps(scheduler, max_steps=1, drafts={0: (drafts or {}).get(step, {})}, model_output=model_output)
         snaps.append(copy.deepcopy(scheduler.kv_cache_manager))
     for i, t in enumerate(timeline): t["step"] = i
     return timeline, snaps

@@ -24,7 +24,7 @@ from .sampling_params import SamplingParams, RequestOutputKind, BeamSearchParams
 from .inputs import apply_chat_template
 from .async_llm import AsyncLLM, AsyncEngineArgs, EngineDeadError, EngineGenerateError
 from .attention import kv_prefault
-from .cli import add_engine_args, engine_kwargs, add_vllm_noop_args, warn_vllm_noops
+from .cli import add_engine_args, engine_kwargs, check_engine_kwargs, add_vllm_noop_args, warn_vllm_noops
 from .exceptions import VLLMValidationError
 from .reasoning import DeltaMessage, ReasoningParserManager, ToolCall
 from .tool_parsers import ChatParser, ToolParserManager, check_tool_usage, check_tools, get_json_schema_from_tools
@@ -1279,9 +1279,11 @@ def cmd_serve(ns) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(name)s: %(message)s")
     warn_vllm_noops(ns)
     resolve_parsers(ServerOptions(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerOptions)}), ns.reasoning_parser)
-    load_chat_template(ns.chat_template)  # both checked before the engine starts: a typo fails in a second
+    load_chat_template(ns.chat_template)  # all three checked before the engine starts: a typo fails in a second
+    kw = engine_kwargs(ns)
+    check_engine_kwargs(model, kw)  # a bad --speculative-config names its field
     names = ns.served_model_name or default_served_names(model)
-    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_kwargs(ns)), served_model_name=names[0],
+    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **kw), served_model_name=names[0],
                                       usage_context="openai_api_server")  # vLLM's server defaults (the step budget on CPU)
     limits = ServerLimits(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerLimits)})
     options = ServerOptions(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerOptions)})

@@ -224,18 +224,34 @@ class StructuredOutputManager:
             logger.error("litevllm: the grammar of request %s failed to compile: %s", request.request_id, _xgr_message(e))
             raise
 
-    def grammar_bitmask(self, requests:dict[str, Request], structured_output_request_ids:list[str]) -> torch.Tensor|None:
-        "The step's bitmask: row i constrains the request `structured_output_request_ids[i]`."
+    def grammar_bitmask(self, requests:dict[str, Request], structured_output_request_ids:list[str],
+                        spec_tokens:dict[str, list[int]]|None=None,  # request id -> its drafts this step: a row after each too
+                        ) -> torch.Tensor|None:
+        "The step's bitmask: a row per request of `structured_output_request_ids`, in order (and one more per draft it has)."
         if not structured_output_request_ids: return None
-        n = len(structured_output_request_ids)
+        spec_tokens = spec_tokens or {}
+        n = sum(1 + len(spec_tokens.get(r, ())) for r in structured_output_request_ids)
         if self._grammar_bitmask is None or self._grammar_bitmask.shape[0] < n:
             self._grammar_bitmask = self._get_backend().allocate_token_bitmask(max(n, self.max_num_seqs))
-        bm = self._grammar_bitmask
-        for i, rid in enumerate(structured_output_request_ids):
-            g = requests[rid].structured_output_request.grammar
-            if g.is_terminated() or self._in_reasoning(requests[rid]): bm[i].fill_(-1)   # all ones: nothing masked
-            else: g.fill_bitmask(bm, i)
+        bm, i = self._grammar_bitmask, 0
+        for rid in structured_output_request_ids:
+            g, drafts, accepted = requests[rid].structured_output_request.grammar, spec_tokens.get(rid, []), 0
+            for j in range(len(drafts) + 1):  # the row of each position: the grammar after the drafts before it
+                if g.is_terminated() or self._in_reasoning(requests[rid]): bm[i].fill_(-1)   # all ones: nothing masked
+                else: g.fill_bitmask(bm, i)
+                i += 1
+                if j < len(drafts) and not g.is_terminated() and g.accept_tokens(rid, drafts[j:j + 1]): accepted += 1
+            if accepted: g.rollback(accepted)
         return bm[:n].clone()  # the buffer is reused next step
+
+    def validate_tokens(self, request:Request, tokens:list[int]) -> list[int]:
+        "The leading `tokens` the request's grammar accepts (its matcher left as it was); none while it reasons or compiles."
+        g = request.structured_output_request.grammar
+        if not isinstance(g, XgrammarGrammar) or self._in_reasoning(request) or g.is_terminated(): return []
+        n = 0
+        while n < len(tokens) and g.matcher.accept_token(tokens[n]): n += 1
+        if n: g.matcher.rollback(n)
+        return tokens[:n]
 
     def accept_tokens(self, request:Request, tokens:list[int]) -> bool:
         "Advance the request's matcher by the new `tokens` (already appended), past its reasoning; False if its grammar refuses one."
@@ -276,8 +292,13 @@ class GrammarOutput:
 
 def apply_grammar_bitmask(logits:torch.Tensor, grammar_output:GrammarOutput, req_ids:list[str]) -> torch.Tensor:
     "Mask, in place, the logits rows (`req_ids` gives each row's request) of the structured requests."
-    row = {r: i for i, r in enumerate(req_ids)}
-    pairs = [(row[r], k) for k, r in enumerate(grammar_output.structured_output_request_ids) if r in row]
+    rows = {}  # request id -> its logits rows, in order (several with speculative decoding: one per position)
+    for i, r in enumerate(req_ids): rows.setdefault(r, []).append(i)
+    seen = {}
+    pairs = []  # (logits row, bitmask row): the j-th bitmask row of a request masks its j-th logits row
+    for k, r in enumerate(grammar_output.structured_output_request_ids):
+        j = seen[r] = seen.get(r, -1) + 1
+        if j < len(rows.get(r, ())): pairs.append((rows[r][j], k))
     if not pairs: return logits
     full = torch.full((logits.shape[0], grammar_output.grammar_bitmask.shape[1]), -1, dtype=torch.int32)
     idx = [i for i, _ in pairs]

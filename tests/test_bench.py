@@ -280,3 +280,69 @@ def test_cli_serve_vllm_client(tiny, tmp_path):
     assert theirs["completed"] == 4 and theirs["failed"] == 0 and theirs["output_tokens"] == 32 and theirs["output_tok_s"] > 0
     assert theirs["ttft_ms_mean"] > 0 and theirs["tpot_ms_p99"] > 0 and theirs["health_probes"] > 0
     assert ours["output_tokens"] == theirs["output_tokens"]
+
+
+# --- speculative decoding: the copy workload, `bench latency --workload`, `bench spec-decode` (issue 29)
+
+def test_cli_spec_flags():
+    p = make_parser()
+    ns = p.parse_args(["bench", "latency", "--workload", "copy", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}'])
+    assert (ns.workload, ns.speculative_config, ns.output_len) == ("copy", {"method": "ngram", "num_speculative_tokens": 4}, None)
+    ns = p.parse_args(["bench", "spec-decode"])
+    assert (ns.methods, ns.workloads, ns.concurrency, ns.num_speculative_tokens, ns.prompt_lookup_min, ns.prompt_lookup_max) == (
+        ["none", "ngram", "draft_model"], ["random", "copy"], [1, 8], 4, 1, 4)
+    assert (ns.baseline, ns.dtype, ns.draft_model, ns.vllm_preload_iomp) == ("none", "float32", None, True)
+    for bad in (["latency", "--workload", "lorem"], ["spec-decode", "--methods", "eagle"], ["spec-decode", "--workloads", "nano"]):
+        with pytest.raises(SystemExit): p.parse_args(["bench", *bad])
+
+
+def test_copy_prompts_and_configs():
+    from litevllm.bench import COPY_PROMPTS, copy_prompts, spec_configs, spec_workloads
+    from litevllm.config import default_model_path
+    from litevllm.inputs import get_tokenizer
+    tok = get_tokenizer(default_model_path())
+    ps = copy_prompts(tok)
+    assert len(COPY_PROMPTS) == len(ps) == 8 and all(150 <= len(p) <= 400 for p in ps), [len(p) for p in ps]
+    for p, text in zip(ps, COPY_PROMPTS.values()):  # the user turn, whole, inside the model's chat template
+        s = tok.decode(p)
+        assert s.count("<|im_start|>") == 3 and text.splitlines()[-1] in s and s.rstrip().endswith("<|im_start|>assistant")
+    assert copy_prompts(tok, 9)[8] == ps[0]
+    c = spec_configs(num_speculative_tokens=3, prompt_lookup_max=5, prompt_lookup_min=2, draft_model="/d")
+    assert c == dict(none=None, ngram=dict(method="ngram", num_speculative_tokens=3, prompt_lookup_max=5, prompt_lookup_min=2),
+                     draft_model=dict(method="draft_model", model="/d", num_speculative_tokens=3))
+    with pytest.raises(ValueError, match="draft_model"): spec_configs(["none", "draft_model"])
+    w = spec_workloads(tok, ["copy", "random"], num_prompts=3, random_prompt_len=7)
+    assert list(w) == ["copy", "random"] and w["copy"]["prompts"] == ps[:3] and [len(p) for p in w["random"]["prompts"]] == [7] * 3
+    assert (w["copy"]["ignore_eos"], w["random"]["ignore_eos"]) == (False, True)
+
+
+def test_spec_decode_rows(tiny):
+    from litevllm.bench import run_spec_decode, add_spec_ratios, spec_configs, spec_workloads, engine_core_in_process, SPEC_COLS
+    from litevllm.inputs import get_tokenizer
+    wl = spec_workloads(get_tokenizer(tiny), num_prompts=1, random_prompt_len=8, random_output_len=4, copy_output_len=4)
+    with engine_core_in_process():
+        rows = add_spec_ratios(run_spec_decode(str(tiny), dict(max_model_len=512, kv_cache_memory_bytes=2**24), wl,
+                                               spec_configs(draft_model=tiny), concurrency=[1]))
+    assert [(r["method"], r["workload"], r["concurrency"]) for r in rows] == [(m, w, 1) for m in ("none", "ngram", "draft_model") for w in ("random", "copy")]
+    assert all(set(SPEC_COLS) <= set(r) for r in rows)
+    assert all(r["same_output"] and r["tpot_speedup"] > 0 and r["output_tokens"] >= 1 for r in rows)  # greedy: no token changed
+    assert [r["tokens"] for r in rows if r["workload"] == "random"] == [[4]] * 3  # ignore_eos
+    assert all(r["acceptance_length"] is None for r in rows if r["method"] == "none")
+    dm = [r for r in rows if r["method"] == "draft_model" and r["num_drafts"]]
+    assert dm and all(r["acceptance_rate"] == 1.0 for r in dm)  # the target as its own draft: every draft accepted
+
+
+def test_cli_spec_decode_vllm_failure(tiny, tmp_path, capsys, monkeypatch):
+    "A vLLM run that fails (here: an 'interpreter' that exits 1) is a row with its error, said in the output, exit 1; litevllm's rows stand."
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # litevllm's engine cores in this process: quicker to start
+    out = tmp_path/"sd.json"
+    rc = main(["bench", "spec-decode", "--model", str(tiny), "--methods", "none", "ngram", "--workloads", "random", "--concurrency", "1",
+               "--num-prompts", "1", "--random-prompt-len", "6", "--random-output-len", "2", "--max-model-len", "128",
+               "--kv-cache-memory-bytes", str(2**24), "--baseline", "vllm", "--vllm-python", "/bin/false", "--output-json", str(out)])
+    assert rc == 1
+    rep = json.loads(out.read_text())
+    assert [(r["engine"], r["method"], bool(r.get("error"))) for r in rep["results"]] == [
+        ("litevllm", "none", False), ("litevllm", "ngram", False), ("vllm", "none", True), ("vllm", "ngram", True)]
+    assert set(rep["vllm_failed"]) == {"none", "ngram"} and rep["settings"]["methods"]["ngram"]["num_speculative_tokens"] == 4
+    printed = capsys.readouterr().out
+    assert "vLLM, ngram: FAILED" in printed and "CPU:" in printed and "tpot_speedup" in printed

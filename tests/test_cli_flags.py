@@ -102,7 +102,7 @@ def test_launch_command_values(caplog):
 
 
 @pytest.mark.parametrize("cmd", ["serve M --quantization awq", "serve M -q awq", "serve M --enable-lora --lora-modules a=/x",
-                                 "serve M --speculative-config '{\"method\": \"ngram\"}'", "serve M --tool-parser-plugin p.py",
+                                 "serve M --tool-parser-plugin p.py",
                                  "serve M --reasoning-parser-plugin p.py", "serve M --chat-template-content-format openai", "serve M --kv-cache-dtype fp8",
                                  "serve M --revision main", "serve M --ssl-keyfile k.pem --ssl-certfile c.pem",
                                  "serve M --swap-space 4", "serve M --disable-log-requests"])  # the last two: gone before vLLM 0.32, which refuses them too

@@ -2,15 +2,23 @@
 """Build the documentation site offline, without Quarto: nbdev's notebook processing, then mkdocs-material + mkdocs-jupyter.
 
     python tools/build_docs.py [--out site] [--work _mkdocs] [--no-source] [--no-screenshots]
+    python tools/build_docs.py --execute-only [--flags "slow gpu"] [--timing] [PATH ...]    (`make nbtest`)
 
 1. Every notebook in `nbs/` and `kernels_nbs/` (nbdev's globbing: names starting with `_` or `.` are skipped) goes through
    nbdev's own docs processors (`nbdev.processors.FilterDefaults`, what `nbdev-proc-nbs` runs): front matter from the title
-   cell, `#| hide` cells dropped, `show_doc` added after each exported definition. Then the whole notebook is **executed**
+   cell, `#| hide` cells dropped, `show_doc` added after each exported definition. Then the notebook is **executed**
    (as Quarto does for nbdev), in 2 worker processes with one torch thread each, so every output reaches the page: figures,
-   printed objects, tables. Cells flagged with a test flag (`tst_flags`: `slow`, `gpu`, `notest`) are not run (their
-   figures come from files in `nbs/images/`, which the site gets a copy of); import and export cells always run. A cell
-   that raises fails the build, naming the notebook and the cell. Executed notebooks are cached in `.cache/docs/`, keyed
-   by the notebook's content, the library's code, `nbs/images/` and this script: a rebuild re-runs only what changed.
+   printed objects, tables. The cells run are those `nbdev-test` runs (`nbdev.test.nb_test_cells`: `#| hide` cells too;
+   not cells flagged with a test flag, `tst_flags`: `slow`, `gpu`, `notest`, whose figures come from files in
+   `nbs/images/`, which the site gets a copy of; not `#| eval: false`), as nbdev-test runs them (the notebook's folder
+   as working directory and on `sys.path`, `IN_TEST=1`, `cell_timeout`), plus the `show_doc` cells. A cell that raises
+   fails the build, naming the notebook and the cell. Executed notebooks are cached in `.cache/docs/`, keyed by the
+   notebook's content, the library's code, `nbs/images/`, pyproject.toml, this script's part 1 and the build options:
+   a rebuild re-runs only what changed.
+   `--execute-only` is this step alone as the notebooks' test (`make nbtest`, in place of `nbdev-test`): every notebook
+   executed, whatever the cache holds, each failure reported as nbdev-test does (notebook, cell, traceback) and the
+   exit status 1 at the end; `--flags` runs flagged cells too. What passes fills the cache under the keys the build
+   above looks up, so `make test` executes each notebook once: the docs test's build only converts, renders and shoots.
 2. What Quarto would have read is turned into what mkdocs-jupyter reads: front matter -> `# title` / `> description`,
    `#| echo: false` -> a `remove_input` tag, other `#|` lines removed, keys nbformat rejects (`has_sd`,
    `metadata.execution`) stripped, links between notebooks and nbdev's doc links made local.
@@ -51,20 +59,38 @@ def _rm_hidden(cell):
         if trees and all(isinstance(t, (ast.Import, ast.ImportFrom)) for t in trees): del cell['source']
         else: cell.metadata['exported'] = True
 
-def _exec_all(skip_flags):
-    "nbdev's `exec_show_docs`, running every code cell (not only imports, exports and `show_doc`), in order."
+class NotebookError(RuntimeError):
+    "A cell of a notebook raised (or timed out): the message names the notebook and the cell, with the cell's traceback."
+
+def _exec_all(path, run_idx, cell_timeout=None):
+    """What `nbdev-test` runs, run inside nbdev's docs processing (in place of `exec_show_docs`): the notebook's cells at
+    the positions `run_idx` (`nbdev.test.nb_test_cells`: no skip flag, not `#| eval: false`, no `skip-execution` tag,
+    no `skip_exec` front matter; `#| hide` cells included), in order, in a shell that has the notebook's folder on
+    `sys.path` and stops a cell after `cell_timeout` s; then the `show_doc` cells the processing added, where they fall."""
+    import asyncio
+    from nbdev.config import get_config
     from nbdev.processors import exec_show_docs, _do_eval
+    from execnb.shell import CaptureShell, format_exc
+    name = os.path.relpath(path, ROOT) if Path(path).resolve().is_relative_to(ROOT) else str(path)
     class exec_all(exec_show_docs):
+        def begin(self):
+            if not run_idx: return  # nbdev-test runs nothing here (skip_exec, not Python, or every cell skipped)
+            self.k = CaptureShell(path, profile=bool(get_config(Path(path).parent).exec_profile))
+            self.k.run_cell('from nbdev.showdoc import show_doc')  # for the show_doc cells the processing adds
+            self.before = asyncio.all_tasks(self.k.loop)
         def __call__(self, cell):
             if not hasattr(self, 'k') or cell.cell_type != 'code': return
-            d = getattr(cell, 'directives_', {}) or {}
-            if 'false' in str(d.get('eval', '')).lower(): return
-            if not _do_eval(cell) and (set(d) & set(skip_flags) or not cell.source.strip()): return
-            self.k.cell(cell)
+            i = cell.get('src_idx_')  # the cell's position in the source notebook; None: a cell the processing added
+            if (i not in run_idx) if i is not None else not _do_eval(cell): return
+            self.k.cell(cell, timeout=cell_timeout)
             if (e := self.k.exc):
-                raise RuntimeError(f"{self.nb.path_ if hasattr(self.nb, 'path_') else ''} cell {cell.idx_} failed during the docs build:\n"
-                                   f"{cell.source}\n{type(e).__name__}: {e}") from e
-        def end(self): pass  # widget state: pages show widgets as static frames (see `convert`), not as live widgets
+                where = f'cell #{i + 1} (id {cell.id})' if i is not None else f'the show_doc cell added as #{cell.idx_ + 1}'
+                raise NotebookError(f"{type(e).__name__} in {name} {where}:\n{'=' * 75}\n{cell.source}\n{'-' * 75}\n"
+                                    + ''.join(format_exc(e))) from None
+        def end(self):  # as nbdev-test: tasks a notebook leaves running are cancelled (a worker runs several notebooks)
+            if not hasattr(self, 'k'): return
+            if leaks := self.k._reap(self.before, 5): print(f'{name}: {len(leaks)} leaked task(s) survived cancellation', file=sys.stderr)
+            # widget state: pages show widgets as static frames (see `convert`), not as live widgets
     return exec_all
 
 def _book_renderer(base):
@@ -170,21 +196,26 @@ def record_text_sizes():
     matplotlib.text.Text.draw, FigureCanvasBase.print_figure = text_draw, printed
 
 def _proc_one(item):
-    "Run nbdev's docs processors on one notebook (`src` -> `dst`) and execute it; optionally keep exported source."
-    src, dst, show_source, skip_flags, key = item
+    """Run nbdev's docs processors on one notebook (`src` -> `dst`), executing it as `nbdev-test` does (`_exec_all`);
+    optionally keep exported source. `key`: the executed notebook is looked up in / saved to the cache under it
+    (`read_cache=False`, as `--execute-only` does: always executed, then saved). A failing cell raises `NotebookError`."""
+    src, dst, show_source, skip_flags, key, *rest = item
+    read_cache = rest[0] if rest else True
     cached = CACHE/f'{key}.ipynb'
     dst.parent.mkdir(parents=True, exist_ok=True)
-    if key and cached.exists(): shutil.copy(cached, dst); return str(dst)
-    os.environ.setdefault('TRITON_INTERPRET', '1')  # kernel notebooks' export cells define @triton.jit functions
+    if key and read_cache and cached.exists(): shutil.copy(cached, dst); return str(dst)
     if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))  # this checkout's litevllm, whatever the venv has installed
     os.environ['OMP_NUM_THREADS'] = '1'  # two notebooks at once on 2 cores (set before torch is first imported here)
     os.environ.setdefault('MPLBACKEND', 'agg')
     record_text_sizes()
     os.chdir(src.parent)  # as nbdev-test runs a notebook; nbdev's get_config() finds pyproject.toml from there
     from fastcore.nbio import read_nb, write_nb
+    from nbdev.config import get_config
+    from nbdev.test import nb_test_cells
     from nbdev.processors import FilterDefaults, rm_export, mv_exports, add_fold, exec_show_docs
     _add_site_dir_links()
-    ex = _exec_all(skip_flags)
+    run_idx = {c.idx_ for c in nb_test_cells(src, skip_flags)}  # the cells nbdev-test runs, by position
+    ex = _exec_all(src, run_idx, get_config(src.parent).cell_timeout or None)
     import nbdev.showdoc as sd
     if not hasattr(sd, '_book'): sd.BasicMarkdownRenderer, sd._book = _book_renderer(sd.BasicMarkdownRenderer), True
     class BookProcs(FilterDefaults):  # mv_exports misplaces show_docs after an exported cell with none: convert() reorders
@@ -193,8 +224,9 @@ def _proc_one(item):
             if not show_source: return procs
             return [_rm_hidden if p is rm_export else p for p in procs if p not in (mv_exports, add_fold)]
     nb = read_nb(src)
+    for c in nb.cells: c.src_idx_ = c.idx_  # processors renumber `idx_` as they add cells; keys ending in _ are not saved
     nb.path_ = src.name
-    os.environ['IN_TEST'] = '1'  # as nbdev's serve_drv: library code may check it
+    os.environ['IN_TEST'] = '1'  # as nbdev-test: library code may check it
     try: BookProcs()(nb)
     finally: del os.environ['IN_TEST']
     write_nb(nb, dst)
@@ -407,33 +439,61 @@ def write_yaml(d, path):
     txt = txt.replace("'!!python/name:pymdownx.superfences.fence_code_format'", '!!python/name:pymdownx.superfences.fence_code_format')
     path.write_text(txt)
 
+def skip_flags_of(flags=''):
+    "nbdev-test's skip flags: `tst_flags` from pyproject.toml, less the `flags` named to run (`make nbtest NBFLAGS=slow`)."
+    from nbdev.config import get_config
+    tst = get_config(ROOT).get('tst_flags', '') or ''
+    tst = tst.split() if isinstance(tst, str) else list(tst)
+    return [f for f in tst if f not in flags.split()]
+
+def plan(nbs, docs, show_source=True, use_cache=True, flags=''):
+    """[(source, executed notebook in `docs`, show_source, skip flags, cache key)] for `_proc_one`, one per notebook of
+    `find_notebooks()`: the one place the docs build and `--execute-only` take their cache keys from."""
+    from nbdev.config import nbpath2html
+    skip_flags, common = skip_flags_of(flags), common_hash() if use_cache else None
+    items = []
+    for src, site_dir in nbs:
+        stem = 'index' if src.name == 'index.ipynb' else nbpath2html(src).stem  # Quarto's page name: config.html
+        key = cache_key(src, show_source, skip_flags, common) if use_cache else None
+        items.append((src, docs/site_dir/(stem + '.ipynb'), show_source, skip_flags, key))
+    return items
+
+def _per_folder(fn, items, n_workers):
+    """`parallel(fn, items)` folder by folder (`nbs/`, then `kernels_nbs/`), as `nbdev-test nbs; nbdev-test kernels_nbs`
+    ran them: a worker runs several notebooks, and a kernel notebook must be the first to import triton in its process
+    (it turns the interpreter on before, on a machine without CUDA). Spawn: a fresh interpreter per worker, so the
+    build's own imports never leak into notebooks. Results in the order of `items`."""
+    from fastcore.parallel import parallel
+    groups = {}
+    for i, it in enumerate(items): groups.setdefault(Path(it[0]).parent, []).append(i)
+    res = [None] * len(items)
+    for idx in groups.values():
+        for i, r in zip(idx, parallel(fn, [items[i] for i in idx], n_workers=min(n_workers, len(idx)), method='spawn', progress=False)):
+            res[i] = r
+    return res
+
+def _worker_env():
+    # this checkout's litevllm in the workers (a venv may have another checkout installed, e.g. a git worktree's main)
+    if str(ROOT) not in os.environ.get('PYTHONPATH', '').split(os.pathsep):
+        os.environ['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get('PYTHONPATH')]))
+
 def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2, quiet=False, use_cache=True, shots=True):
     "Build the site from the notebooks into `out` (and its screenshots into `out/_screenshots/`); returns the nav."
     t0, out, work = time.time(), Path(out).resolve(), Path(work).resolve()
     from nbdev.config import get_config
-    from fastcore.parallel import parallel
     os.chdir(ROOT)  # nbdev reads its settings from the cwd up
     cfg = get_config(ROOT)
     if work.exists(): shutil.rmtree(work)
     docs, tpl = work/'docs', work/'jupyter'/'nbconvert'/'templates'
     nbs = find_notebooks()
     if not nbs: sys.exit('no notebooks found in ' + ', '.join(NB_DIRS))
-    pages, items = {}, []
-    skip_flags = cfg.get('tst_flags', '') or ''
-    skip_flags = skip_flags.split() if isinstance(skip_flags, str) else list(skip_flags)
-    common = common_hash() if use_cache else None
-    for src, site_dir in nbs:
-        from nbdev.config import nbpath2html
-        stem = 'index' if src.name == 'index.ipynb' else nbpath2html(src).stem  # Quarto's page name: config.html
-        page = os.path.join(site_dir, stem + '.ipynb')
-        pages[os.path.relpath(src, ROOT)] = page.replace('.ipynb', '.html')
-        key = cache_key(src, show_source, skip_flags, common) if use_cache else None
-        items.append((src, docs/page, show_source, skip_flags, key))
+    pages, items = {}, plan(nbs, docs, show_source, use_cache)
+    for (src, site_dir), it in zip(nbs, items): pages[os.path.relpath(src, ROOT)] = os.path.relpath(it[1], docs).replace('.ipynb', '.html')
     if len(set(pages.values())) != len(pages): sys.exit(f'two notebooks map to one page: {pages}')
-    # this checkout's litevllm in the workers (a venv may have another checkout installed, e.g. a git worktree's main)
-    os.environ['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get('PYTHONPATH')]))
-    # spawn: a fresh interpreter per worker, so the build's own imports never leak into notebooks
-    parallel(_proc_one, items, n_workers=min(n_workers, len(items)), method='spawn', progress=False)
+    _worker_env()
+    cached = sum(1 for it in items if it[-1] and (CACHE/f'{it[-1]}.ipynb').exists())
+    _per_folder(_proc_one, items, n_workers)
+    if not quiet: print(f'executed {len(items) - cached} of {len(items)} notebooks ({cached} from {os.path.relpath(CACHE, ROOT)}/)')
     if use_cache:  # keep only this build's executed notebooks: the cache does not grow with every change
         keep = {f'{it[-1]}.ipynb' for it in items}
         for f in CACHE.glob('*.ipynb'):
@@ -558,6 +618,65 @@ def screenshots(site, out=None, width=SCREEN_WIDTH, pages=None, n_workers=2, use
     if not quiet: print(f'{len(res)} screenshots ({width} px wide, {len(todo)} new) in {out} in {time.time() - t0:.1f}s')
     return res
 
+# --- 5. `make nbtest`: the notebooks' tests, by this build's executor -----------------------------------------------------
+
+def _shown(f):
+    "A notebook's path as a message names it: relative to the repository where it is in it."
+    f = Path(f).resolve()
+    return os.path.relpath(f, ROOT) if f.is_relative_to(ROOT) else str(f)
+
+def _test_one(item):
+    "A worker of `execute`: (passed, seconds); a failure is written to stderr as it happens, as nbdev-test does."
+    import traceback
+    t0 = time.time()
+    try: _proc_one(item); return True, time.time() - t0
+    except Exception as e:
+        sys.__stderr__.write((str(e) if isinstance(e, NotebookError) else f'{item[0]}:\n{traceback.format_exc()}') + '\n')
+        sys.__stderr__.flush()
+        return False, time.time() - t0
+
+def execute(paths=(), flags='', n_workers=2, timing=False, use_cache=True, show_source=True):
+    """`nbdev-test` by this build's executor (`make nbtest`): every notebook of `paths` (notebooks or folders; default: the
+    ones the site documents, `nbs/` and `kernels_nbs/`) is executed once, whatever the cache holds, in `n_workers`
+    processes with one torch thread each; the cells `flags` names (`slow gpu`) run too. Each notebook that passes goes
+    into `.cache/docs/` under the key the docs build (as `tests/test_docs.py` runs it) will look up, so that build
+    executes nothing. Exit status 1, after every notebook has run, when one failed; each failure names its notebook and
+    cell, with the cell's source and traceback."""
+    import tempfile
+    from nbdev.config import get_config
+    from nbdev.doclinks import nbglob
+    from nbdev.test import nb_test_cells
+    from nbdev.config import import_obj  # nbdev-test's `test_setup` hook, if pyproject.toml names one
+    t0 = time.time()
+    paths = [Path(p).resolve() for p in paths]  # from the caller's folder
+    os.chdir(ROOT)
+    documented = {src.resolve(): site_dir for src, site_dir in find_notebooks()}
+    files = []
+    for p in paths or [ROOT/d for d in NB_DIRS if (ROOT/d).is_dir()]:
+        if not p.exists(): sys.exit(f'no such notebook or folder: {p}')
+        files += [p] if p.is_file() else [Path(f).resolve() for f in sorted(nbglob(p, as_path=True))]
+    files = [f for f in dict.fromkeys(files) if not (f.parent/'.notest').exists()]  # nbdev-test's ignore_fname
+    if not files: return print('No files were eligible for testing')
+    with tempfile.TemporaryDirectory(prefix='nbtest-') as tmp:
+        docs = [f for f in files if f in documented and use_cache]  # the very items the docs build makes: same keys
+        items = dict(zip(docs, plan([(f, documented[f]) for f in docs], Path(tmp), show_source, flags=flags)))
+        items = [items.get(f) or (f, Path(tmp)/'other'/f'{i}_{f.name}', show_source, skip_flags_of(flags), None)
+                 for i, f in enumerate(files)]
+        items = [it[:5] + (False,) for it in items]  # always execute (a test): the cache is written, never read
+        if setup := get_config(ROOT).get('test_setup'):
+            import_obj(setup)([c for it in items for c in nb_test_cells(it[0], it[3])])
+        _worker_env()
+        res = _per_folder(_test_one, items, n_workers)
+    passed, times = zip(*res)
+    if all(passed): print(f'Success: {len(files)} notebooks executed in {time.time() - t0:.0f}s'
+                          + (f', saved to {os.path.relpath(CACHE, ROOT)}/ for the docs build' if use_cache else ''))
+    if timing:
+        for i in sorted(range(len(files)), key=lambda i: -times[i]): print(f'{_shown(files[i])}: {int(times[i])} secs')
+    if not all(passed):
+        failed = '\n\t'.join(_shown(f) for p, f in zip(passed, files) if not p)
+        sys.stderr.write(f"\nnbdev Tests Failed On The Following Notebooks:\n{'=' * 50}\n\t{failed}\n")
+        sys.exit(1)
+
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--out', default=str(ROOT/'site'), help='where the site goes (default: site/)')
@@ -565,11 +684,21 @@ if __name__ == '__main__':
                    "a name starting with '_' keeps it out of nbdev's globbing)")
     p.add_argument('--no-source', action='store_true', help="nbdev's default: show_doc only, no exported source")
     p.add_argument('--n-workers', type=int, default=2)
-    p.add_argument('--no-cache', action='store_true', help='execute every notebook, ignoring .cache/docs/')
+    p.add_argument('--no-cache', action='store_true', help='execute every notebook, ignoring .cache/docs/ (with --execute-only: save nothing there)')
     p.add_argument('--no-screenshots', action='store_true', help='skip the full-page screenshots (OUT/_screenshots/)')
+    p.add_argument('--execute-only', action='store_true', help="`make nbtest`: nbdev-test by this build's executor: "
+                   'execute every notebook (or PATHs) once, fill .cache/docs/ for the docs build, build no site')
+    p.add_argument('--flags', default='', help='with --execute-only: test flags to run that are normally skipped ("slow gpu")')
+    p.add_argument('--timing', action='store_true', help='with --execute-only: time each notebook')
+    p.add_argument('paths', nargs='*', help='with --execute-only: notebooks or folders (default: nbs/ and kernels_nbs/)')
     a = p.parse_args()
+    if not a.execute_only and (a.paths or a.flags or a.timing): p.error('PATHs, --flags and --timing go with --execute-only')
     # run as the module `build_docs`, not `__main__`, so spawned workers can unpickle `_proc_one` by name
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import build_docs
-    build_docs.build(Path(a.out).resolve(), Path(a.work).resolve(), show_source=not a.no_source, n_workers=a.n_workers,
-                     use_cache=not a.no_cache, shots=not a.no_screenshots)
+    if a.execute_only:
+        build_docs.execute(a.paths, a.flags, n_workers=a.n_workers, timing=a.timing, use_cache=not a.no_cache,
+                           show_source=not a.no_source)
+    else:
+        build_docs.build(Path(a.out).resolve(), Path(a.work).resolve(), show_source=not a.no_source, n_workers=a.n_workers,
+                         use_cache=not a.no_cache, shots=not a.no_screenshots)
