@@ -177,3 +177,80 @@ def test_add_remove_list(setup, llm):
     assert eng.remove_lora(3) is True and 3 not in eng.list_loras()
     assert eng.remove_lora(3) is False
     with pytest.raises(VLLMValidationError): eng.add_lora(LoRARequest("no", 7, "/nowhere"))
+
+
+# --- the server: /v1/models, model=<adapter>, load/unload at runtime (VLLM_ALLOW_RUNTIME_LORA_UPDATING), unknown adapter 404
+
+@pytest.fixture(scope="module")
+def async_engine(setup):
+    from litevllm.async_llm import AsyncLLM, AsyncEngineArgs
+    model, _, _ = setup
+    eng = AsyncLLM.from_engine_args(AsyncEngineArgs(model=str(model), enable_lora=True, max_loras=2, **ENGINE))
+    yield eng
+    eng.shutdown()
+
+
+def run(coro):
+    import asyncio
+    return asyncio.run(coro)
+
+
+def test_server_lora(setup, async_engine, monkeypatch):
+    import httpx
+    from litevllm.server import build_app, LoRAModulePath
+    model, lrs, ref = setup
+    tok = async_engine.tokenizer
+    monkeypatch.setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "true")
+    app = build_app(async_engine, ["base"], lora_modules=[LoRAModulePath("qv", lrs["qv"].lora_path)])
+
+    async def go():
+        c = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+        cards = (await c.get("/v1/models")).json()["data"]
+        assert [(m["id"], m["parent"]) for m in cards] == [("base", None), ("qv", "base")] and cards[1]["root"] == lrs["qv"].lora_path
+        assert (await c.get("/v1/models/qv")).json()["parent"] == "base"
+        body = dict(prompt=PROMPTS[0], max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True, return_token_ids=True)
+        async def ids(name):
+            r = await c.post("/v1/completions", json=body | dict(model=name))
+            assert r.status_code == 200, r.text
+            return tok(r.json()["choices"][0]["text"], add_special_tokens=False).input_ids
+        assert await ids("qv") == tok(tok.decode(ref["qv", PROMPTS[0]]), add_special_tokens=False).input_ids
+        assert await ids("base") == tok(tok.decode(ref[None, PROMPTS[0]]), add_special_tokens=False).input_ids
+        r = await c.post("/v1/completions", json=body | dict(model="mlp"))  # not loaded yet: vLLM's 404 naming it
+        assert r.status_code == 404 and r.json()["error"]["type"] == "NotFoundError" and "`mlp` does not exist" in r.json()["error"]["message"]
+        r = await c.post("/v1/load_lora_adapter", json=dict(lora_name="mlp", lora_path=lrs["mlp"].lora_path))
+        assert r.status_code == 200 and r.text == "Success: LoRA adapter 'mlp' added successfully."
+        assert "mlp" in [m["id"] for m in (await c.get("/v1/models")).json()["data"]]
+        chat = await c.post("/v1/chat/completions", json=dict(model="mlp", messages=[{"role": "user", "content": "Hi"}], max_tokens=3))
+        assert chat.status_code == 200 and chat.json()["model"] == "mlp"
+        assert await ids("mlp") == tok(tok.decode(ref["mlp", PROMPTS[0]]), add_special_tokens=False).input_ids
+        r = await c.post("/v1/load_lora_adapter", json=dict(lora_name="mlp", lora_path=lrs["mlp"].lora_path))
+        assert r.status_code == 400 and "already been loaded" in r.json()["error"]["message"]
+        r = await c.post("/v1/load_lora_adapter", json=dict(lora_name="gone", lora_path="/no/such/adapter"))
+        assert r.status_code == 404 and r.json()["error"]["message"] == "Loading lora gone failed: No adapter found for /no/such/adapter"
+        r = await c.post("/v1/unload_lora_adapter", json=dict(lora_name="mlp"))
+        assert r.status_code == 200 and r.text == "Success: LoRA adapter 'mlp' removed successfully."
+        assert (await c.post("/v1/completions", json=body | dict(model="mlp"))).status_code == 404
+        r = await c.post("/v1/unload_lora_adapter", json=dict(lora_name="mlp"))
+        assert r.status_code == 404 and r.json()["error"]["message"] == "The lora adapter 'mlp' cannot be found."
+    run(go())
+
+    monkeypatch.delenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+    plain = build_app(async_engine, ["base"])
+    async def refused():
+        c = httpx.AsyncClient(transport=httpx.ASGITransport(app=plain), base_url="http://test")
+        r = await c.post("/v1/load_lora_adapter", json=dict(lora_name="mlp", lora_path=lrs["mlp"].lora_path))
+        assert r.status_code == 404  # no such route without VLLM_ALLOW_RUNTIME_LORA_UPDATING
+        assert (await c.post("/v1/completions", json=dict(model="qv", prompt="x", max_tokens=1))).status_code == 404
+    run(refused())
+    with pytest.raises(VLLMValidationError): build_app(async_engine, ["base"], lora_modules=[LoRAModulePath("bad", "/nowhere")])
+
+
+def test_triton_kernels_through_the_engine(setup, llm):
+    "The CUDA path (kernels/lora.py's Triton SGMV kernels) in the whole engine; on a CPU interpreted (TRITON_INTERPRET=1): PEFT's tokens."
+    _, lrs, ref = setup
+    punica = llm.llm_engine.engine_core.model_runner.lora_manager.punica
+    was, punica.use_triton = punica.use_triton, True
+    try: outs = llm.generate(PROMPTS[:3], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
+                             lora_request=[lrs["qv"], None, lrs["rs"]], use_tqdm=False)
+    finally: punica.use_triton = was
+    assert [o.outputs[0].token_ids for o in outs] == [ref[n, p][:4] for n, p in zip(["qv", None, "rs"], PROMPTS[:3])]

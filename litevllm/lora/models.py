@@ -88,12 +88,15 @@ class PunicaWrapper:
     "The step's mapping, shared by every LoRA layer of the model (vLLM's name); it runs the batched adapter matmul."
     def __init__(self, num_slots:int, device:torch.device):
         self.num_slots, self.device, self.mapping = num_slots, device, None
-        self.use_triton = device.type == "cuda"  # the Triton SGMV kernel on CUDA, torch's grouped form elsewhere
+        self.use_triton = device.type == "cuda"  # the Triton SGMV kernel (kernels/lora.py) on CUDA, torch's grouped form elsewhere
 
     def update_metadata(self, token_slots:np.ndarray):
         "Set the slot of every token of the next forward (-1: base model)."
         m = LoRAMapping(token_slots, self.num_slots, self.device)
         self.mapping = m if m.active else None
+        if self.mapping is not None and self.use_triton:  # the kernels' tiles, once per step
+            from litevllm.kernels.lora import sgmv_metadata
+            self.sgmv_meta = sgmv_metadata(m.sorted_token_ids, m.slots_np, m.counts, m.starts)
 
     def add_lora(self, y, x, lora_a, lora_b):
         "y += each token's adapter term (nothing when no token of the step has an adapter)."
@@ -102,7 +105,7 @@ class PunicaWrapper:
         if m.num_tokens != x.shape[0]: raise RuntimeError(f"LoRA mapping for {m.num_tokens} tokens, the forward has {x.shape[0]}")
         if self.use_triton:
             from litevllm.kernels.lora import lora_sgmv
-            return lora_sgmv(y, x, lora_a, lora_b, m.token_slots, m.sorted_token_ids, m.slots_np, m.counts, m.starts)
+            return lora_sgmv(y, x, lora_a, lora_b, self.sgmv_meta)
         return lora_grouped(y, x, lora_a, lora_b, m)
 
 class LinearWithLoRA(nn.Module):
