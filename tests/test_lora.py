@@ -113,6 +113,19 @@ def test_max_loras_one_runs_three_adapters(setup):
     no_leak(llm1)
 
 
+def test_chunked_prefill_and_preemption(setup):
+    "A small KV pool (preemption, recompute) and a small token budget (prompts in chunks), adapters mixed: still PEFT's tokens."
+    model, lrs, ref = setup
+    small = LLM(str(model), enable_lora=True, max_loras=2, block_size=8, num_gpu_blocks_override=5, max_num_batched_tokens=8,
+                max_model_len=40, dtype="float32")
+    names = ["qv", None, "rs", "mlp", "qv", "rs", None, "mlp"]
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(len(names))]
+    outs = small.generate(prompts, SP, lora_request=[lrs[n] if n else None for n in names], use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in outs] == [ref[n, p] for n, p in zip(names, prompts)]
+    assert small.llm_engine.engine_core.scheduler.num_preemptions > 0
+    no_leak(small)
+
+
 def test_prefix_cache_never_crosses_adapters(setup, llm):
     "The same 40-token prompt: a hit within one adapter, never across adapters or with the base model."
     _, lrs, _ = setup
@@ -254,3 +267,18 @@ def test_triton_kernels_through_the_engine(setup, llm):
                              lora_request=[lrs["qv"], None, lrs["rs"]], use_tqdm=False)
     finally: punica.use_triton = was
     assert [o.outputs[0].token_ids for o in outs] == [ref[n, p][:4] for n, p in zip(["qv", None, "rs"], PROMPTS[:3])]
+
+
+def test_bench_lora_mix(setup, tmp_path, capsys):
+    "`litevllm bench throughput --lora-mix N`: the base model's run, then the same workload over N adapters, and their ratio."
+    import json
+    from litevllm.cli import main
+    model, _, _ = setup
+    out = tmp_path / "b.json"
+    assert main(["bench", "throughput", "--model", str(model), "--workload", "custom", "--num-requests", "6", "--input-len-range", "8", "24",
+                 "--output-len-range", "4", "8", "--ttft-prompt-len", "0", "--kv-cache-memory-bytes", str(32 * 2**20), "--dtype", "float32",
+                 "--lora-mix", "3", "--lora-rank", "8", "--lora-targets", "q_proj", "down_proj", "--output-json", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert [r["engine"] for r in rows] == ["litevllm", "litevllm, 3 LoRAs"] and rows[0]["output_tokens"] == rows[1]["output_tokens"]
+    assert rows[1]["lora_vs_base"] == pytest.approx(rows[1]["output_tok_s"] / rows[0]["output_tok_s"])
+    assert "LoRA mix: 6 requests over 3 adapters" in capsys.readouterr().out
