@@ -14,7 +14,7 @@ _LAZY = {
     "LLM": "litevllm.llm", "SamplingParams": "litevllm.sampling_params", "RequestOutputKind": "litevllm.sampling_params",
     "RequestOutput": "litevllm.output_processor", "CompletionOutput": "litevllm.output_processor", "Logprob": "litevllm.output_processor",
     "EngineArgs": "litevllm.config", "LLMEngine": "litevllm.engine", "TextPrompt": "litevllm.inputs", "TokensPrompt": "litevllm.inputs",
-    "AsyncLLM": "litevllm.async_llm", "AsyncEngineArgs": "litevllm.async_llm",
+    "AsyncLLM": "litevllm.async_llm", "AsyncEngineArgs": "litevllm.async_llm", "LoRARequest": "litevllm.lora.request",
 }
 __all__ = list(_LAZY)
 

@@ -167,11 +167,11 @@ def _deliver(self:AsyncLLM, batch:list[tuple[str, object]]):
 # %% ../nbs/14_async_llm.ipynb #87d09b0d
 @patch
 async def generate(self:AsyncLLM, prompt:PromptType, sampling_params:SamplingParams, request_id:str,
-                   priority:int=0, arrival_time:float|None=None) -> AsyncGenerator[RequestOutput, None]:
+                   priority:int=0, arrival_time:float|None=None, lora_request=None) -> AsyncGenerator[RequestOutput, None]:
     "The RequestOutputs of one request, as the engine makes them."
     if self.dead_error is not None: raise self.dead_error
     if request_id in self._requests: raise ValueError(f"request_id {request_id!r} is already in use")
-    req = self.engine.process_inputs(request_id, prompt, sampling_params, arrival_time, priority)
+    req = self.engine.process_inputs(request_id, prompt, sampling_params, arrival_time, priority, lora_request)
     q: asyncio.Queue = asyncio.Queue()
     self._requests[request_id] = (asyncio.get_running_loop(), q)
     self._command("add", req)
@@ -225,6 +225,26 @@ async def reset_prefix_cache(self:AsyncLLM) -> bool:
     fut = asyncio.get_running_loop().create_future()
     self._command("call", (lambda: fut.get_loop().call_soon_threadsafe(fut.set_result, self.engine.reset_prefix_cache())))
     return await fut
+
+# %% ../nbs/14_async_llm.ipynb #45d0133e
+@patch
+async def _in_engine_thread(self:AsyncLLM, fn):
+    "Run `fn()` on the engine thread between steps: its result, or its exception raised here."
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    def run():
+        try: r = fn()
+        except Exception as e: loop.call_soon_threadsafe(fut.set_exception, e); return
+        loop.call_soon_threadsafe(fut.set_result, r)
+    self._command("call", run)
+    return await fut
+
+@patch
+async def add_lora(self:AsyncLLM, lora_request) -> bool: return await self._in_engine_thread(lambda: self.engine.add_lora(lora_request))
+@patch
+async def remove_lora(self:AsyncLLM, lora_id:int) -> bool: return await self._in_engine_thread(lambda: self.engine.remove_lora(lora_id))
+@patch
+async def list_loras(self:AsyncLLM) -> set[int]: return await self._in_engine_thread(self.engine.list_loras)
 
 # %% ../nbs/14_async_llm.ipynb #77e77fbf
 @patch

@@ -21,15 +21,15 @@ __all__ = ['WORKLOADS', 'VLLM_WORKER', 'STEP_PARTS', 'THROUGHPUT_COLS', 'COPY_PR
            'VLLM_SPEC_WORKER', 'Workload', 'make_workload', 'cpu_model', 'machine_info', 'format_table', 'write_report',
            'engine_core_in_process', 'run_litevllm', 'load_hf_model', 'hf_batches', 'left_pad', 'run_hf', 'run_vllm',
            'measure_ttft', 'breakdown_table', 'breakdown_by_batch', 'add_workload_args', 'workload_from_args',
-           'cmd_throughput', 'collect_spec_stats', 'spec_summary', 'latency_summary', 'measure_latency', 'copy_prompts',
-           'bench_latency', 'cmd_latency', 'run_async', 'run_serve_bench', 'process_rss_mb', 'server_blocks_in_use',
-           'run_load', 'cmd_serve', 'cmd_serve_load', 'add_load_args', 'random_token_prompts', 'probe_health',
-           'with_health_probe', 'vllm_cli', 'vllm_env', 'engine_flags', 'serve_argvs', 'free_port', 'port_in_use',
-           'stop_process_group', 'server_process', 'parse_vllm_bench_output', 'vllm_bench_argv', 'run_process',
-           'run_vllm_client', 'add_ratios', 'serve_level', 'compare_run', 'cmd_serve_compare', 'add_compare_args',
-           'spec_configs', 'spec_workloads', 'run_spec_decode', 'add_spec_ratios', 'run_vllm_spec', 'cmd_spec_decode',
-           'add_spec_decode_args', 'cmd_kernels', 'add_cli', 'plot_throughput_report', 'plot_sweep', 'vllm_ratio_rows',
-           'plot_vllm_ratios']
+           'cmd_throughput', 'run_lora_mix', 'collect_spec_stats', 'spec_summary', 'latency_summary', 'measure_latency',
+           'copy_prompts', 'bench_latency', 'cmd_latency', 'run_async', 'run_serve_bench', 'process_rss_mb',
+           'server_blocks_in_use', 'run_load', 'cmd_serve', 'cmd_serve_load', 'add_load_args', 'random_token_prompts',
+           'probe_health', 'with_health_probe', 'vllm_cli', 'vllm_env', 'engine_flags', 'serve_argvs', 'free_port',
+           'port_in_use', 'stop_process_group', 'server_process', 'parse_vllm_bench_output', 'vllm_bench_argv',
+           'run_process', 'run_vllm_client', 'add_ratios', 'serve_level', 'compare_run', 'cmd_serve_compare',
+           'add_compare_args', 'spec_configs', 'spec_workloads', 'run_spec_decode', 'add_spec_ratios', 'run_vllm_spec',
+           'cmd_spec_decode', 'add_spec_decode_args', 'cmd_kernels', 'add_cli', 'plot_throughput_report', 'plot_sweep',
+           'vllm_ratio_rows', 'plot_vllm_ratios']
 
 # %% ../nbs/30_benchmarks.ipynb #4445bf21
 WORKLOADS = {
@@ -122,7 +122,8 @@ def engine_core_in_process(on:bool=True):
         if on and old is None: os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
         elif on: os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = old
 
-def run_litevllm(llm, wl:Workload, breakdown:bool=False, warmup:bool=True) -> dict:
+def run_litevllm(llm, wl:Workload, breakdown:bool=False, warmup:bool=True,
+                 lora_requests:list|None=None) -> dict:  # one LoRARequest (or None) per request of `wl`
     "Time `llm.generate` over workload `wl` (warm-up excluded); output tokens counted from the outputs."
     core = llm.llm_engine.engine_core
     if breakdown and core.multiprocess:  # the step timings are kept inside the engine core
@@ -133,7 +134,8 @@ def run_litevllm(llm, wl:Workload, breakdown:bool=False, warmup:bool=True) -> di
     if breakdown: core.step_timings.clear(); core.record_step_timings = True
     try:
         t0 = time.perf_counter()
-        outs = llm.generate([{"prompt_token_ids": p} for p in wl.prompt_token_ids], wl.sampling_params(), use_tqdm=False)
+        outs = llm.generate([{"prompt_token_ids": p} for p in wl.prompt_token_ids], wl.sampling_params(), use_tqdm=False,
+                            lora_request=lora_requests)
         dt = time.perf_counter() - t0
     finally:
         if breakdown: core.record_step_timings = False
@@ -321,7 +323,7 @@ def workload_from_args(ns) -> Workload:
                          output_len_range=ns.output_len_range, temperature=ns.temperature, seed=ns.seed)
 
 # %% ../nbs/30_benchmarks.ipynb #87dae0a5
-THROUGHPUT_COLS = ["engine", "cpu", "dtype", "batch", "seconds", "output_tokens", "output_tok_s", "total_tok_s", "req_s", "ttft_ms", "litevllm_speedup"]
+THROUGHPUT_COLS = ["engine", "cpu", "dtype", "batch", "seconds", "output_tokens", "output_tok_s", "total_tok_s", "req_s", "ttft_ms", "litevllm_speedup", "lora_vs_base"]
 
 def cmd_throughput(ns) -> int:
     from litevllm.attention import kv_prefault
@@ -359,6 +361,7 @@ def _throughput(ns) -> int:
     if ttft_prompt: lv["ttft_ms"] = measure_ttft(llm, ttft_prompt)
     results.append(lv)
     for r in results[:-1]: r["litevllm_speedup"] = lv["output_tok_s"] / r["output_tok_s"]
+    if getattr(ns, "lora_mix", 0): del llm; gc.collect(); results.append(run_lora_mix(ns, wl, kw, lv))  # then over N adapters
     for r in results: r["cpu"] = cpu_info().isa  # the ISA class: an avx512 figure is never read as an avx2 one
     print(f"CPU: {cpu_info()}, {os.cpu_count()} cores")
     print(format_table(results, THROUGHPUT_COLS))
@@ -375,6 +378,30 @@ def _throughput(ns) -> int:
                  settings=dict(workload=wl.settings | dict(name=wl.name), engine=kw, baseline=ns.baseline, hf_batch=ns.hf_batch,
                                ttft_prompt_len=ns.ttft_prompt_len), **extra)
     return 0
+
+# %% ../nbs/30_benchmarks.ipynb #951556ed
+def run_lora_mix(ns, wl:Workload, kw:dict, base:dict) -> dict:
+    "The workload again over `ns.lora_mix` random adapters on a LoRA engine; its row, with the ratio to the base model's run."
+    import tempfile
+    from transformers import AutoConfig
+    from litevllm.config import EngineArgs
+    from litevllm.llm import LLM
+    from litevllm.lora.request import LoRARequest
+    from litevllm.lora.peft_helper import save_random_adapter
+    n, r = ns.lora_mix, ns.lora_rank
+    cfg = EngineArgs(model=ns.model, **kw).create_engine_config()
+    tmp = tempfile.mkdtemp(prefix="litevllm-lora-bench-")
+    hf = AutoConfig.from_pretrained(cfg.model_path)
+    lrs = [LoRARequest(f"bench-{i}", i + 1, str(save_random_adapter(f"{tmp}/{i}", hf, ns.lora_targets, r=r, lora_alpha=2 * r, seed=i)))
+           for i in range(n)]
+    rank = min(k for k in (8, 16, 32, 64, 128, 256, 320, 512) if k >= r)
+    llm = LLM(ns.model, **(kw | dict(enable_lora=True, max_loras=max(n, kw.get("max_loras") or 1), max_lora_rank=max(rank, kw.get("max_lora_rank") or 16))))
+    for lr in lrs: llm.llm_engine.add_lora(lr)
+    res = run_litevllm(llm, wl, lora_requests=[lrs[i % n] for i in range(wl.num_requests)])
+    res |= dict(engine=f"litevllm, {n} LoRAs", dtype=base.get("dtype"), lora_vs_base=res["output_tok_s"] / base["output_tok_s"])
+    print(f"LoRA mix: {wl.num_requests} requests over {n} adapters (rank {r}, {' '.join(ns.lora_targets)}): {res['output_tok_s']:.1f} output tok/s, "
+          f"base model {base['output_tok_s']:.1f}: ratio {res['lora_vs_base']:.2f}", flush=True)
+    return res
 
 # %% ../nbs/30_benchmarks.ipynb #a1329be5
 _lat_ids = iter(range(10**12))
@@ -1396,6 +1423,11 @@ def add_cli(subparsers):
     t.add_argument("--breakdown", action="store_true", help="record and print the step-time breakdown")
     t.add_argument("--structured-output", choices=["none", "json_object"], default="none",
                    help="json_object: every request in JSON mode, to measure the grammar bitmask's cost per step (with --breakdown)")
+    t.add_argument("--lora-mix", type=int, default=0, metavar="N",
+                   help="then the same workload with its requests spread over N random LoRA adapters (after the base model, in one invocation): both figures and their ratio")
+    t.add_argument("--lora-rank", type=int, default=16, help="the --lora-mix adapters' rank")
+    t.add_argument("--lora-targets", nargs="+", default=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                   help="the modules the --lora-mix adapters target (default: all seven projections)")
     add_engine_args(t)
     t.set_defaults(func=cmd_throughput)
     l = sub.add_parser("latency", help="TTFT, TPOT and tokens/s, one request and a batch, random prompts at several lengths or the copy prompts")

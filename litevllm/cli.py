@@ -140,6 +140,8 @@ _VLLM_WORKS = {  # why -> flags: litevllm has these
         --scheduling-policy --enable-chunked-prefill/b --cudagraph-capture-sizes --disable-log-stats/t --reasoning-parser""",
     "speculative decoding (ngram, draft_model): the `speculative_config` engine field, and vLLM's shorthands for three of its keys": """
         --speculative-config|-sc --spec-method --spec-model --spec-tokens""",
+    'LoRA adapters: engine flags (`EngineArgs` fields) and `litevllm serve --lora-modules`': """
+        --enable-lora/b --max-loras --max-lora-rank --max-cpu-loras --lora-modules""",
 }
 
 # %% ../nbs/15_cli.ipynb #7062a269
@@ -235,10 +237,9 @@ _VLLM_REFUSED = {  # why -> flags: not added, argparse refuses them
         --tool-parser-plugin --tool-strict-level --tool-server""",
     'reasoning parsers: registered in Python (ReasoningParserManager.register_module), not from a plugin file': """
         --reasoning-parser-plugin --reasoning-config""",
-    'LoRA adapters: planned, not implemented yet': """
-        --lora-modules --enable-lora/b --max-loras --max-lora-rank --lora-dtype --enable-tower-connector-lora/b
-        --max-cpu-loras --fully-sharded-loras/b --lora-target-modules --default-mm-loras --specialize-active-lora/b
-        --enable-mixed-moe-lora-format/b --enable-moe-shared-loras/b --max-lora-cls-labels""",
+    "LoRA options litevllm does not have (adapters run in the model's dtype, on all seven projections, unsharded; no multimodal or MoE models)": """
+        --lora-dtype --enable-tower-connector-lora/b --fully-sharded-loras/b --lora-target-modules --default-mm-loras
+        --specialize-active-lora/b --enable-mixed-moe-lora-format/b --enable-moe-shared-loras/b --max-lora-cls-labels""",
     'quantization (weights or KV cache): not implemented': """
         --quantization|-q --quantization-config --kv-cache-dtype""",
     "chat rendering: litevllm renders the chat template (the model's, or --chat-template) as it is": """

@@ -52,6 +52,10 @@ class EngineArgs:
     max_logprobs: int = 20                 # the largest `logprobs` / `prompt_logprobs` a request may ask for
     enable_prompt_embeds: bool = False     # accept {"prompt_embeds": tensor} prompts: (tokens, hidden_size) input embeddings in place of ids
     speculative_config: dict|None = None   # speculative decoding: {"method": "ngram" | "draft_model", "num_speculative_tokens": k, ...} (SpeculativeConfig)
+    enable_lora: bool = False              # serve LoRA adapters (a request names one with lora_request=LoRARequest(...))
+    max_loras: int = 1                     # distinct adapters in one step (device slots)
+    max_lora_rank: int = 16                # the largest adapter rank served (every slot is this big)
+    max_cpu_loras: int|None = None         # adapters kept loaded in CPU memory (LRU); None: max_loras
     reasoning_parser: str|None = None      # the model's reasoning format (deepseek_r1 | qwen3): a structured request's grammar waits for the reasoning to end
     device: str = "auto"                   # auto | cpu | cuda
     attention_backend: str = "auto"        # auto (triton on CUDA; cpu on CPU, sdpa where it cannot run) | cpu | sdpa | torch (the reference) | triton
@@ -80,6 +84,10 @@ class EngineArgs:
               "must be mp, uni or external_launcher")
         check(self.distributed_executor_backend != "uni" or self.tensor_parallel_size == 1, "distributed_executor_backend",
               "'uni' runs a single rank (tensor_parallel_size must be 1)")
+        check(self.max_loras >= 1, "max_loras", "must be >= 1")
+        check(self.max_lora_rank in (1, 8, 16, 32, 64, 128, 256, 320, 512), "max_lora_rank", "must be one of 1, 8, 16, 32, 64, 128, 256, 320, 512")
+        check(self.max_cpu_loras is None or self.max_cpu_loras >= self.max_loras, "max_cpu_loras", f"must be >= max_loras ({self.max_loras})")
+        check(not self.enable_lora or self.tensor_parallel_size == 1, "enable_lora", "with tensor_parallel_size > 1 is not supported (adapters are not sharded)")
         check(self.reasoning_parser is None or isinstance(self.reasoning_parser, str), "reasoning_parser", "must be a reasoning parser's name")
         check(self.speculative_config is None or isinstance(self.speculative_config, dict), "speculative_config",
               "must be a dict (e.g. {'method': 'ngram', 'num_speculative_tokens': 3})")

@@ -66,7 +66,7 @@ from fastcore.basics import patch
 
 @patch
 def process_inputs(self:LLMEngine, request_id:str, prompt:PromptType, params:SamplingParams|None=None,
-                   arrival_time:float|None=None, priority:int=0) -> EngineCoreRequest:
+                   arrival_time:float|None=None, priority:int=0, lora_request=None) -> EngineCoreRequest:
     "Tokenize and validate one request (nothing is added)."
     params = SamplingParams() if params is None else params
     params.update_from_tokenizer(self.tokenizer)  # bad_words -> the token sequences the sampler bans
@@ -80,7 +80,7 @@ def process_inputs(self:LLMEngine, request_id:str, prompt:PromptType, params:Sam
     if not request_id: raise VLLMValidationError("request_id must be a non-empty string", parameter="request_id", value=request_id)
     if request_id in self.output_processor.request_states or request_id in self.output_processor.parent_requests:
         raise VLLMValidationError(f"request_id {request_id!r} is already in use", parameter="request_id", value=request_id)
-    return self.input_processor.process_inputs(request_id, prompt, params, arrival_time, priority)
+    return self.input_processor.process_inputs(request_id, prompt, params, arrival_time, priority, lora_request)
 
 @patch
 def add_processed_request(self:LLMEngine, req:EngineCoreRequest, queue=None) -> str:
@@ -99,9 +99,9 @@ def add_processed_request(self:LLMEngine, req:EngineCoreRequest, queue=None) -> 
 
 @patch
 def add_request(self:LLMEngine, request_id:str, prompt:PromptType, params:SamplingParams|None=None,
-                arrival_time:float|None=None, priority:int=0) -> str:
-    "Validate and add one request; its id (as vLLM, which returns it)."
-    return self.add_processed_request(self.process_inputs(request_id, prompt, params, arrival_time, priority))
+                arrival_time:float|None=None, priority:int=0, lora_request=None) -> str:
+    "Validate and add one request (on the LoRA adapter `lora_request`, if given); its id (as vLLM, which returns it)."
+    return self.add_processed_request(self.process_inputs(request_id, prompt, params, arrival_time, priority, lora_request))
 
 # %% ../nbs/11_engine.ipynb #10c20cc6
 @patch
@@ -198,6 +198,17 @@ def log_stats_line(self:LLMEngine):
 
 @patch
 def reset_prefix_cache(self:LLMEngine) -> bool: return self.engine_core.call_utility("reset_prefix_cache")
+
+# %% ../nbs/11_engine.ipynb #73d0e5fe
+@patch
+def add_lora(self:LLMEngine, lora_request) -> bool:
+    "Load a LoRA adapter into the engine (its requests need not wait for it to load); checked first."
+    self.input_processor._validate_lora(lora_request)
+    return self.engine_core.call_utility("add_lora", lora_request)
+@patch
+def remove_lora(self:LLMEngine, lora_id:int) -> bool: return self.engine_core.call_utility("remove_lora", lora_id)
+@patch
+def list_loras(self:LLMEngine) -> set[int]: return set(self.engine_core.call_utility("list_loras"))
 
 # %% ../nbs/11_engine.ipynb #925ee4a9
 @patch

@@ -13,6 +13,8 @@ from typing import Any, TypedDict
 from .config import EngineArgs, VllmConfig
 from .sampling_params import SamplingParams
 from .exceptions import VLLMValidationError
+from .lora.request import LoRARequest
+from .lora.peft_helper import check_lora
 
 # %% auto #0
 __all__ = ['PromptType', 'get_tokenizer', 'TextPrompt', 'TokensPrompt', 'EmbedsPrompt', 'EngineCoreRequest', 'InputProcessor',
@@ -53,6 +55,7 @@ class EngineCoreRequest:
     prompt: str|None = None
     cache_salt: str|None = None
     prompt_embeds: torch.Tensor|None = None  # an embeds prompt's (tokens, hidden_size) input embeddings; its ids are placeholders
+    lora_request: LoRARequest|None = None    # the adapter it runs with (None: the base model)
 
 # %% ../nbs/02_inputs.ipynb #4cf67770
 class InputProcessor:
@@ -91,13 +94,14 @@ class InputProcessor:
         raise VLLMValidationError("prompt dict needs a 'prompt' or a 'prompt_token_ids' key", parameter="prompt", value=prompt)
 
     def process_inputs(self, request_id:str, prompt:PromptType, params:SamplingParams,
-                       arrival_time:float|None=None, priority:int=0) -> EngineCoreRequest:
+                       arrival_time:float|None=None, priority:int=0, lora_request:LoRARequest|None=None) -> EngineCoreRequest:
         "Tokenize and validate one prompt."
         if not isinstance(params, SamplingParams): raise VLLMValidationError(f"sampling_params must be a SamplingParams, got {type(params).__name__}", parameter="sampling_params")
         if not isinstance(priority, int): raise VLLMValidationError(f"priority must be an integer, got {priority!r}", parameter="priority", value=priority)
         if priority != 0 and self.config.scheduling_policy != "priority":
             raise VLLMValidationError(f"priority {priority} given, but the scheduling_policy is {self.config.scheduling_policy!r} (use 'priority')",
                                       parameter="priority", value=priority)
+        self._validate_lora(lora_request)
         embeds = None
         if isinstance(prompt, dict) and "prompt_embeds" in prompt:
             embeds = self._process_embeds(prompt)
@@ -110,7 +114,8 @@ class InputProcessor:
             if params.prompt_logprobs == -1: params.prompt_logprobs = self.vocab_size
         if embeds is not None and params.prompt_logprobs is not None:  # no prompt tokens to score (vLLM's server refuses it too)
             raise VLLMValidationError("prompt_logprobs is not compatible with prompt embeds.")  # vLLM's words, no parameter
-        return EngineCoreRequest(request_id, ids, params, self.eos_token_id, arrival_time or time.time(), priority, text, salt, embeds)
+        return EngineCoreRequest(request_id, ids, params, self.eos_token_id, arrival_time or time.time(), priority, text, salt, embeds,
+                                 lora_request)
 
     def _process_embeds(self, prompt:dict) -> torch.Tensor:
         "An embeds prompt's tensor, checked as vLLM checks it, on the CPU in the model's dtype."
@@ -154,6 +159,23 @@ class InputProcessor:
                 raise VLLMValidationError(f"token_id(s) {bad} in {name} contain out-of-vocab token ids. Vocabulary size: {V}", parameter=name, value=bad)
         if bad := [t for t in (params.allowed_token_ids or []) if not 0 <= t < V]:
             raise VLLMValidationError("allowed_token_ids contains out-of-vocab token id!", parameter="allowed_token_ids", value=bad)
+
+# %% ../nbs/02_inputs.ipynb #25440649
+from fastcore.basics import patch
+
+@patch
+def _validate_lora(self:InputProcessor, lora_request:LoRARequest|None):
+    "Refuse a lora_request the engine cannot serve: LoRA off, not a LoRARequest, an adapter folder litevllm cannot serve."
+    if lora_request is None: return
+    if not self.config.enable_lora:
+        raise VLLMValidationError(f"Got lora_request {lora_request} but LoRA is not enabled!", parameter="lora_request")  # vLLM's words
+    if not isinstance(lora_request, LoRARequest):
+        raise VLLMValidationError(f"lora_request must be a LoRARequest, got {type(lora_request).__name__}", parameter="lora_request")
+    key = (lora_request.lora_int_id, lora_request.lora_name, lora_request.lora_path)
+    checked = self.__dict__.setdefault("_checked_loras", set())
+    if key in checked: return
+    check_lora(lora_request.lora_path, self.config.hf_config, self.config.max_lora_rank)
+    checked.add(key)
 
 # %% ../nbs/02_inputs.ipynb #d2c94ece
 def _content_as(content, fmt:str):

@@ -82,13 +82,18 @@ def _prompt_embeds_key(request:Request, start:int, end:int) -> tuple:
     rows = e[start:end].contiguous()
     return (("prompt_embeds", xxhash.xxh3_128_intdigest(rows.view(-1).view(torch.uint8).numpy())),)
 
+def _lora_key(request:Request) -> tuple:
+    "Every block of a request on a LoRA adapter carries the adapter (vLLM's extra key): KV made under one adapter is never another's."
+    lr = request.lora_request
+    return () if lr is None else (("lora", lr.lora_name, lr.lora_path),)
+
 def update_block_hashes(request:Request, block_size:int) -> list[BlockHash]:
     "Extend `request.block_hashes` to cover every full block of its tokens."
     hashes, toks = request.block_hashes, request.all_token_ids
     for i in range(len(hashes), len(toks) // block_size):
         parent = hashes[-1].hash_value if hashes else None
         a, b = i * block_size, (i + 1) * block_size
-        extra = ((request.cache_salt,) if i == 0 and request.cache_salt else ()) + _prompt_embeds_key(request, a, b)
+        extra = _lora_key(request) + ((request.cache_salt,) if i == 0 and request.cache_salt else ()) + _prompt_embeds_key(request, a, b)
         hashes.append(hash_block_tokens(parent, toks[a:b], extra or None))
     return hashes
 

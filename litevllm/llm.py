@@ -34,7 +34,8 @@ from fastcore.basics import patch
 
 @patch
 def generate(self:LLM, prompts:PromptType|list[PromptType], sampling_params:SamplingParams|list[SamplingParams]|None=None,
-             use_tqdm:bool=True, priority:list[int]|None=None) -> list[RequestOutput]:
+             use_tqdm:bool=True, priority:list[int]|None=None,
+             lora_request=None) -> list[RequestOutput]:  # a LoRARequest for every prompt, or a list of one (or None: base model) per prompt
     "One finished RequestOutput per prompt, in the order of `prompts`."
     if prompts is None or not isinstance(prompts, (str, dict, list, tuple)):
         raise VLLMValidationError(f"prompts must be a prompt or a list of prompts, got {type(prompts).__name__}", parameter="prompts", value=prompts)
@@ -42,14 +43,16 @@ def generate(self:LLM, prompts:PromptType|list[PromptType], sampling_params:Samp
     prompts = list(prompts)
     if sampling_params is None: sampling_params = self.get_default_sampling_params()  # the model's generation_config, as vLLM
     params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(prompts)
-    for name, seq in (("params", params), ("priority", priority)):  # vLLM's check and message
+    loras = list(lora_request) if isinstance(lora_request, (list, tuple)) else [lora_request] * len(prompts)
+    for name, seq in (("params", params), ("priority", priority), ("lora_request", loras)):  # vLLM's check and message
         if seq is not None and len(seq) != len(prompts):
             raise VLLMValidationError(f"The lengths of prompts ({len(prompts)}) and {name} ({len(seq)}) must be the same.")
     engine = self.llm_engine
     reqs = []
     for i, (prompt, p) in enumerate(zip(prompts, params)):
         if isinstance(p, SamplingParams): p = p.clone(); p.output_kind = RequestOutputKind.FINAL_ONLY
-        reqs.append(engine.process_inputs(str(next(self.request_counter)), prompt, p, priority=priority[i] if priority else 0))
+        reqs.append(engine.process_inputs(str(next(self.request_counter)), prompt, p, priority=priority[i] if priority else 0,
+                                          lora_request=loras[i]))
     for r in reqs: engine.add_processed_request(r)
     return self._run_engine([r.request_id for r in reqs], use_tqdm)
 

@@ -11,6 +11,7 @@ import time
 import numpy as np, torch
 from .config import VllmConfig
 from .models.llama import get_model
+from .lora.models import LoRAModelManager
 from .distributed import GroupCoordinator
 import copy
 from .spec_decode import NgramProposer, DraftModelProposer, RejectionSampler
@@ -62,6 +63,7 @@ class ModelRunner:
         if c.device.type == "cpu": keep_freed_memory()  # no page faults on every large activation (below)
         self.tp = tp or GroupCoordinator()
         self.model = get_model(c, self.tp)  # this rank's shard
+        self.lora_manager = LoRAModelManager(self.model, c) if c.enable_lora else None  # wraps the linears: adapters in slots
         self.vocab_size = c.hf_config.vocab_size
         self.num_blocks = self.tp.min(determine_num_blocks(c, self.model, self._kv_cache_config()), c.device)  # each rank's budget, its own KV heads (on CUDA: after a profiling run); every rank the same
         spec = c.speculative_config
@@ -205,6 +207,7 @@ def execute_model(self:ModelRunner, so:SchedulerOutput, grammar_output:GrammarOu
     "Run one step: update the batch state, build the flat batch, forward, sample (structured rows masked by `grammar_output`)."
     t0 = time.perf_counter()
     self._update_states(so)
+    if self.lora_manager is not None: self.lora_manager.prepare(so)  # adapters into slots, each token's slot
     if not so.total_num_scheduled_tokens: return EMPTY_MODEL_RUNNER_OUTPUT
     b = self._prepare_inputs(so)
     self.attn.prepare(b.md)
@@ -288,6 +291,7 @@ def capture_model(self:ModelRunner):
     c, dev = self.config, self.device
     self.cudagraphs, self.cudagraph_sizes, self.capture_seconds = {}, [], 0.0
     if c.enforce_eager or dev.type != "cuda" or self.attn.name != "triton": return
+    if c.enable_lora: return  # the LoRA mapping changes every step: not captured (eager with LoRA)
     if self.tp.world_size > 1: return  # NCCL collectives inside a captured graph: not attempted (eager with tensor parallelism)
     sizes = sorted(set(c.cudagraph_capture_sizes or default_capture_sizes(c.max_num_seqs)))
     N, max_blocks = sizes[-1], -(-c.max_model_len // c.block_size)

@@ -131,8 +131,10 @@ class Request:
 
     @classmethod
     def from_engine_core_request(cls, r:EngineCoreRequest) -> Request:
-        return cls(r.request_id, r.prompt_token_ids, r.sampling_params, r.eos_token_id, r.arrival_time, r.priority, r.cache_salt,
-                   r.prompt_embeds)
+        req = cls(r.request_id, r.prompt_token_ids, r.sampling_params, r.eos_token_id, r.arrival_time, r.priority, r.cache_salt,
+                  r.prompt_embeds)
+        req.lora_request = r.lora_request
+        return req
 
     @property
     def status(self) -> RequestStatus: return self._status
@@ -168,3 +170,6 @@ Request.structured_output_request = None  # the StructuredOutputRequest (grammar
 
 @patch(as_prop=True)
 def use_structured_output(self:Request) -> bool: return self.sampling_params.structured_outputs is not None
+
+# %% ../nbs/03_request.ipynb #0bcd57bf
+Request.lora_request = None  # the LoRARequest it runs with (None: the base model): the scheduler's max_loras rule, the block hashes' extra key

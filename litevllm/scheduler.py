@@ -61,6 +61,7 @@ class NewRequestData:
     num_computed_tokens: int
     eos_token_id: int|None = None
     prompt_embeds: torch.Tensor|None = None  # an embeds prompt's (tokens, hidden) input embeddings (its ids are placeholders)
+    lora_request: object = None              # its LoRARequest (None: the base model)
 
 @dataclass
 class CachedRequestData:
@@ -247,6 +248,7 @@ def _schedule_waiting(self:Scheduler, st:_Step):
             self.waiting.pop_request()
             if request.request_id not in self.grammar_compile_error_reqs: skipped.append(request)
             continue
+        if not self._lora_fits(request, st): skipped.append(self.waiting.pop_request()); continue  # max_loras: it waits its turn
         hit_blocks, num_hit = self.kv_cache_manager.get_computed_blocks(request)
         n = request.num_tokens - num_hit
         if st.has_company and 0 < self.long_prefill_token_threshold < n: n = self.long_prefill_token_threshold
@@ -263,10 +265,21 @@ def _schedule_waiting(self:Scheduler, st:_Step):
         block_ids = self.kv_cache_manager.get_block_ids(request.request_id)
         if resumed: st.add_cached(request, block_ids, True, num_hit)
         else: st.new_reqs.append(NewRequestData(request.request_id, request.prompt_token_ids, request.sampling_params, block_ids,
-                                                num_hit, request.eos_token_id, request.prompt_embeds))
+                                                num_hit, request.eos_token_id, request.prompt_embeds, request.lora_request))
         st.num_scheduled[request.request_id] = n
         st.token_budget -= n
     for r in reversed(skipped): self.waiting.prepend_request(r)
+
+# %% ../nbs/05_scheduler.ipynb #67fe0846
+@patch
+def _lora_fits(self:Scheduler, request:Request, st:_Step) -> bool:
+    "Can `request` join this step without more than max_loras distinct adapters among the running requests?"
+    lr = request.lora_request
+    if lr is None or not self.config.enable_lora: return True
+    n, ids = st.__dict__.setdefault("lora_ids", [0, set()])  # adapters of self.running, which only grows while waiting requests are admitted
+    ids.update(r.lora_request.lora_int_id for r in self.running[n:] if r.lora_request is not None)
+    st.lora_ids[0] = len(self.running)
+    return lr.lora_int_id in ids or len(ids) < self.config.max_loras
 
 # %% ../nbs/05_scheduler.ipynb #a8d63f38
 @patch

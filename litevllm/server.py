@@ -48,9 +48,10 @@ __all__ = ['logger', 'TokenId', 'SSE_DONE', 'SERVER_EXTENSIONS', 'APIError', 'in
            'beam_search_params', 'tool_dicts', 'check_tool_choice', 'forced_tool_schema', 'load_prompt_embeds',
            'tokenize_prompt', 'prepare_completion', 'completion_full', 'completion_stream', 'render_chat',
            'prepare_chat', 'make_chat_parser', 'chat_choice', 'stream_delta', 'chat_full', 'chat_stream',
-           'check_chat_template', 'echo_text', 'system_fingerprint', 'resolve_parsers', 'load_chat_template',
-           'build_app', 'model_card', 'tokenizer_info', 'tracked_load', 'threading_main', 'cmd_serve', 'add_cli',
-           'ServerShuttingDown']
+           'check_chat_template', 'echo_text', 'LoRAModulePath', 'LoRAParserAction', 'runtime_lora_updating',
+           'lora_card', 'register_lora_modules', 'LoadLoRAAdapterRequest', 'UnloadLoRAAdapterRequest',
+           'system_fingerprint', 'resolve_parsers', 'load_chat_template', 'build_app', 'model_card', 'tokenizer_info',
+           'tracked_load', 'threading_main', 'cmd_serve', 'add_cli', 'ServerShuttingDown']
 
 # %% ../nbs/16_server.ipynb #f462d722
 logger = logging.getLogger("litevllm.server")
@@ -556,6 +557,8 @@ class ServerState:
     tool_parser_cls: type|None = None      # --tool-call-parser's class
     reasoning_parser_cls: type|None = None # --reasoning-parser's class (an engine option: structured output waits for it too)
     chat_template: str|None = None         # --chat-template's text
+    loras: dict = dataclasses.field(default_factory=dict)  # LoRA adapter name -> LoRARequest (--lora-modules, /v1/load_lora_adapter)
+    lora_ids: Any = dataclasses.field(default_factory=lambda: iter(range(1, 1 << 31)))  # the next adapter's lora_int_id
 
     def __post_init__(self):
         self.max_chars_per_token = self.max_chars_per_token or max_chars_per_token(self.tokenizer)
@@ -567,7 +570,7 @@ class ServerState:
     def check_model(self, name:str|None) -> str:
         "The model name to answer with; 404 for a model this server does not serve."
         if name is None: return self.served_model_names[0]
-        if name not in self.accepted_names:
+        if name not in self.accepted_names and name not in self.loras:
             raise APIError(f"The model `{name}` does not exist. Valid aliases: {', '.join(self.served_model_names)}.", 404, "NotFoundError", "model")
         return name
 
@@ -844,8 +847,9 @@ def _completion_choice(st, req, out, c, index, text_offset=0):
 
 def _outputs(st, req, prompt, params, rid:str):
     "The engine's outputs for one prompt: generation, or (use_beam_search) beam search, whose one output holds the beams."
-    if req.use_beam_search: return st.engine.beam_search(prompt, rid, beam_search_params(req, params))
-    return st.engine.generate(prompt, params, rid, priority=req.priority)
+    lora = st.loras.get(req.model)  # model=<adapter>: that LoRA adapter over the base model
+    if req.use_beam_search: return st.engine.beam_search(prompt, rid, beam_search_params(req, params), lora_request=lora)
+    return st.engine.generate(prompt, params, rid, priority=req.priority, lora_request=lora)
 
 async def _final(st, req, prompt, params, rid:str):
     final = None
@@ -1055,6 +1059,98 @@ def echo_text(req:ChatCompletionRequest) -> str:
     c = req.messages[-1].get("content") or ""
     return "\n".join(p.get("text", "") for p in c) if isinstance(c, list) else str(c)
 
+# %% ../nbs/16_server.ipynb #165a4491
+@dataclasses.dataclass
+class LoRAModulePath:
+    "One --lora-modules entry (vLLM's name and fields)."
+    name: str
+    path: str
+    base_model_name: str|None = None
+    is_3d_lora_weight: bool = False  # vLLM's MoE layout flag: accepted, unused
+
+class LoRAParserAction(argparse.Action):
+    "vLLM's --lora-modules values: name=path, or a JSON object with name, path and optionally base_model_name."
+    def __call__(self, parser, namespace, values, option_string=None):
+        mods = []
+        for item in values or []:
+            if not item: continue
+            if "=" in item and "," not in item: name, path = item.split("=", 1); mods.append(LoRAModulePath(name, path)); continue
+            try: d = json.loads(item)
+            except json.JSONDecodeError: parser.error(f"Invalid JSON format for --lora-modules: {item}")
+            for e in (d if isinstance(d, list) else [d]):
+                try: mods.append(LoRAModulePath(**e))
+                except TypeError as ex: parser.error(f"Invalid fields for --lora-modules: {item} - {ex}")
+        setattr(namespace, self.dest, mods)
+
+def runtime_lora_updating() -> bool:
+    "vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load/unload routes exist only when it is true."
+    return os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0").strip().lower() in ("1", "true")
+
+def lora_card(st:ServerState, lr) -> dict:
+    "vLLM's model card of an adapter: its folder as root, the base model (or the one it names) as parent."
+    card = model_card(st, lr.lora_name)
+    return card | dict(root=lr.lora_path, parent=lr.base_model_name or st.served_model_names[0], max_model_len=None)
+
+def register_lora_modules(st:ServerState, modules:list[LoRAModulePath]):
+    "Check each --lora-modules adapter now (a bad one stops the server at start) and serve it by name."
+    from litevllm.lora.request import LoRARequest
+    if modules and not st.engine.vllm_config.enable_lora: raise ValueError("--lora-modules needs --enable-lora")
+    for m in modules:
+        if m.name in st.accepted_names or m.name in st.loras: raise ValueError(f"--lora-modules: the name {m.name!r} is already served")
+        lr = LoRARequest(m.name, next(st.lora_ids), m.path, base_model_name=m.base_model_name)
+        st.engine.engine.input_processor._validate_lora(lr)
+        st.loras[m.name] = lr
+
+# %% ../nbs/16_server.ipynb #414ae031
+class LoadLoRAAdapterRequest(BaseModel):
+    lora_name: str
+    lora_path: str
+    load_inplace: bool = False
+    is_3d_lora_weight: bool = False
+
+class UnloadLoRAAdapterRequest(BaseModel):
+    lora_name: str
+    lora_int_id: int|None = None
+
+def _add_lora_routes(app:FastAPI, st:ServerState):
+    "POST /v1/load_lora_adapter and /v1/unload_lora_adapter, with vLLM's checks, answers and errors."
+    from litevllm.lora.request import LoRARequest
+    lock = asyncio.Lock()
+    logger.warning("LoRA dynamic loading & unloading is enabled in the API server. This should ONLY be used for local development!")
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(req:LoadLoRAAdapterRequest):
+        name, path = req.lora_name, req.lora_path
+        async with lock:
+            if not name or not path: return error_response("Both 'lora_name' and 'lora_path' must be provided.", 400, "InvalidUserInput")
+            if name in st.accepted_names: return error_response(f"The lora adapter '{name}' conflicts with a served base model.", 400, "InvalidUserInput")
+            if not req.load_inplace and name in st.loras:
+                return error_response(f"The lora adapter '{name}' has already been loaded. If you want to load the adapter in place, "
+                                      "set 'load_inplace' to True.", 400, "InvalidUserInput")
+            lid = st.loras[name].lora_int_id if name in st.loras else next(st.lora_ids)
+            lr = LoRARequest(name, lid, path, load_inplace=req.load_inplace, is_3d_lora_weight=req.is_3d_lora_weight)
+            try: await st.engine.add_lora(lr)  # checked, then loaded: its requests do not wait for it
+            except VLLMValidationError as e:
+                if e.parameter == "lora_path" and not os.path.exists(path):  # vLLM's LoRAAdapterNotFoundError
+                    return error_response(f"Loading lora {name} failed: No adapter found for {path}", 404, "NotFoundError")
+                return error_response(str(e), 400, "BadRequestError", e.parameter)
+            except Exception as e: return error_response(str(e), 500, "InternalServerError")
+            st.loras[name] = lr
+            logger.info("Loaded new LoRA adapter: name '%s', path '%s'", name, path)
+            return Response(f"Success: LoRA adapter '{name}' added successfully.", status_code=200)
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora_adapter(req:UnloadLoRAAdapterRequest):
+        name = req.lora_name
+        async with lock:
+            if not name: return error_response("'lora_name' needs to be provided to unload a LoRA adapter.", 400, "InvalidUserInput")
+            if name not in st.loras: return error_response(f"The lora adapter '{name}' cannot be found.", 404, "NotFoundError")
+            lr = st.loras.pop(name)
+            try: await st.engine.remove_lora(lr.lora_int_id)  # its memory back; requests still running on it keep their slot
+            except Exception as e: logger.warning("litevllm: dropping LoRA adapter %s from the engine failed: %s", name, e)
+            logger.info("Removed LoRA adapter: name '%s'", name)
+            return Response(f"Success: LoRA adapter '{name}' removed successfully.", status_code=200)
+
 # %% ../nbs/16_server.ipynb #5a879505
 def system_fingerprint(engine:AsyncLLM) -> str:
     "vLLM's: the engine's version and a short hash of its configuration."
@@ -1088,7 +1184,8 @@ def load_chat_template(template:str|None) -> str|None:
                                           f"Reason: {e}") from None
 
 def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:str|None=None, limits:ServerLimits|None=None,
-              trust_request_chat_template:bool=False, options:ServerOptions|None=None) -> FastAPI:
+              trust_request_chat_template:bool=False, options:ServerOptions|None=None,
+              lora_modules:list|None=None) -> FastAPI:  # LoRAModulePath's (--lora-modules): adapters served by name
     "The OpenAI-compatible app over one AsyncLLM."
     names = served_model_names or default_served_names(engine.vllm_config.args.model)
     accepted = set(names)
@@ -1127,7 +1224,9 @@ def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:s
 
     if api_key: app.add_middleware(APIKeyMiddleware, api_key=api_key)
     app.add_middleware(ServerGuard, state=st)  # added last: outermost
+    register_lora_modules(st, lora_modules or [])
     _add_routes(app, st)
+    if runtime_lora_updating(): _add_lora_routes(app, st)  # POST /v1/load_lora_adapter, /v1/unload_lora_adapter
     for mod in SERVER_EXTENSIONS:  # later chapters' routes (17_responses), as 15_cli finds the later commands
         try: m = __import__(mod, fromlist=["add_routes"])
         except ImportError: continue
@@ -1190,10 +1289,11 @@ def _add_routes(app:FastAPI, st:ServerState):
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
-    async def models(): return dict(object="list", data=[model_card(st, n) for n in st.served_model_names])
+    async def models(): return dict(object="list", data=[model_card(st, n) for n in st.served_model_names] + [lora_card(st, l) for l in st.loras.values()])
 
     @app.get("/v1/models/{model:path}")
     async def model(model:str):
+        if model in st.loras: return lora_card(st, st.loras[model])
         if model not in st.accepted_names: raise APIError(f"The model `{model}` does not exist.", 404, "NotFoundError", "model")
         return model_card(st, model)
 
@@ -1287,7 +1387,7 @@ def cmd_serve(ns) -> int:
                                       usage_context="openai_api_server")  # vLLM's server defaults (the step budget on CPU)
     limits = ServerLimits(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerLimits)})
     options = ServerOptions(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerOptions)})
-    app = build_app(engine, names, ns.api_key or os.environ.get("VLLM_API_KEY"), limits, options=options)
+    app = build_app(engine, names, ns.api_key or os.environ.get("VLLM_API_KEY"), limits, options=options, lora_modules=ns.lora_modules)
     config = uvicorn.Config(app, host=ns.host, port=ns.port, log_level=ns.uvicorn_log_level, access_log=not ns.disable_uvicorn_access_log,
                             timeout_graceful_shutdown=5, timeout_keep_alive=5)  # after our drain: only idle connections are left
     logger.info("litevllm: serving %s on http://%s:%d", names[0], ns.host, ns.port)
@@ -1307,6 +1407,8 @@ def add_cli(subparsers):
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` on /v1 routes")
     p.add_argument("--served-model-name", nargs="+", default=None, help="the name(s) clients use for the model")
+    p.add_argument("--lora-modules", nargs="+", action=LoRAParserAction, default=None,
+                   help="LoRA adapters served by name (needs --enable-lora): name=path, or JSON {\"name\": ..., \"path\": ..., \"base_model_name\": ...}")
     p.add_argument("--uvicorn-log-level", default="info", choices=["critical", "error", "warning", "info", "debug", "trace"])
     p.add_argument("--disable-uvicorn-access-log", action="store_true")
     for f in dataclasses.fields(ServerOptions):  # vLLM's front-end switches: --enable-prompt-tokens-details, ..., --tool-call-parser

@@ -74,6 +74,7 @@ serve --model M --port 8001 --device-memory-utilization 0.8 -dp 2 -dpb mp --no-e
 serve M --max-model-len 32k --max-num-batched-tokens 2K --kv-cache-memory-bytes 1G
 serve M --api-server-count 1 --max-log-len 100 --enable-log-requests --no-enable-log-deltas -pp 1 --compilation-config '{"mode": 3}' --async-scheduling --stream-interval 1 --cpu-offload-gb 0 --limit-mm-per-prompt '{"image": 0}' --language-model-only --log-level DEBUG
 serve M --otlp-traces-endpoint http://localhost:4317 --collect-detailed-traces model worker --moe-backend TRITON --performance-mode throughput --enable-sleep-mode --numa-bind-nodes 0 1 -ep --kv-cache-metrics --disable-custom-all-reduce --safetensors-load-strategy lazy --download-dir /tmp/x --hf-token abc
+serve M --enable-lora --lora-modules a=/x '{"name": "b", "path": "/y", "base_model_name": "M"}' --max-loras 2 --max-lora-rank 32 --max-cpu-loras 4
 serve M --enable-expert-parallel --all2all-backend naive --mm-processor-cache-gb 0 --disable-log-stats --aggregate-engine-logging --max-num-scheduled-tokens 1k --safetensors-prefetch-block-size 16M
 """.strip().splitlines()
 
@@ -101,7 +102,7 @@ def test_launch_command_values(caplog):
     assert any(r.getMessage().startswith("--moe-backend triton has no effect in litevllm") for r in caplog.records)
 
 
-@pytest.mark.parametrize("cmd", ["serve M --quantization awq", "serve M -q awq", "serve M --enable-lora --lora-modules a=/x",
+@pytest.mark.parametrize("cmd", ["serve M --quantization awq", "serve M -q awq", "serve M --lora-dtype float16",
                                  "serve M --tool-parser-plugin p.py",
                                  "serve M --reasoning-parser-plugin p.py", "serve M --chat-template-content-format openai", "serve M --kv-cache-dtype fp8",
                                  "serve M --revision main", "serve M --ssl-keyfile k.pem --ssl-certfile c.pem",
@@ -109,6 +110,13 @@ def test_launch_command_values(caplog):
 def test_refused_launch_commands(cmd, capsys):
     with pytest.raises(SystemExit) as e: parse(cmd)
     assert e.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_lora_launch_command():
+    "vLLM's LoRA launch flags parse into litevllm's engine fields and --lora-modules entries (both of vLLM's forms)."
+    ns = parse(VLLM_COMMANDS[-2])
+    assert (ns.enable_lora, ns.max_loras, ns.max_lora_rank, ns.max_cpu_loras) == (True, 2, 32, 4)
+    assert [(m.name, m.path, m.base_model_name) for m in ns.lora_modules] == [("a", "/x", None), ("b", "/y", "M")]
 
 
 def test_agent_launch_command():
