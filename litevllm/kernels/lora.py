@@ -56,7 +56,7 @@ def _sgmv_shrink(x_ptr, a_ptr, s_ptr, tok_ptr, tile_slot_ptr, tile_start_ptr, ti
         xb = tl.load(x_ptr + toks[:, None] * stride_xt + rk[None, :], mask=mmask[:, None] & (rk[None, :] < IN), other=0.0)
         ab = tl.load(a_ptr + slot.to(tl.int64) * stride_as + rk[:, None] * stride_ai + rr[None, :],
                      mask=(rk[:, None] < IN) & (rr[None, :] < R), other=0.0)
-        acc += tl.dot(xb.to(tl.float32), ab.to(tl.float32))  # (tokens of the tile, R)
+        acc += tl.dot(xb.to(tl.float32), ab.to(tl.float32), input_precision="ieee")  # (tokens of the tile, R); ieee: no TF32 rounding
     tl.store(s_ptr + toks[:, None] * stride_st + rr[None, :], acc, mask=mmask[:, None] & (rr[None, :] < R))
 
 @triton.jit
@@ -73,7 +73,7 @@ def _sgmv_expand(y_ptr, b_ptr, s_ptr, tok_ptr, tile_slot_ptr, tile_start_ptr, ti
     s = tl.load(s_ptr + toks[:, None] * stride_st + rr[None, :], mask=mmask[:, None] & (rr[None, :] < R), other=0.0)
     bb = tl.load(b_ptr + slot.to(tl.int64) * stride_bs + rr[:, None] * stride_br + rn[None, :],
                  mask=(rr[:, None] < R) & (rn[None, :] < OUT), other=0.0)
-    out = tl.dot(s, bb.to(tl.float32))  # (tokens of the tile, BLOCK_N)
+    out = tl.dot(s, bb.to(tl.float32), input_precision="ieee")  # (tokens of the tile, BLOCK_N)
     m2 = mmask[:, None] & (rn[None, :] < OUT)
     yp = y_ptr + toks[:, None] * stride_yt + rn[None, :]
     yv = tl.load(yp, mask=m2, other=0.0)
