@@ -282,3 +282,18 @@ def test_bench_lora_mix(setup, tmp_path, capsys):
     assert [r["engine"] for r in rows] == ["litevllm", "litevllm, 3 LoRAs"] and rows[0]["output_tokens"] == rows[1]["output_tokens"]
     assert rows[1]["lora_vs_base"] == pytest.approx(rows[1]["output_tok_s"] / rows[0]["output_tok_s"])
     assert "LoRA mix: 6 requests over 3 adapters" in capsys.readouterr().out
+
+
+def test_through_the_engine_core_process(setup, monkeypatch):
+    "The LoRARequest rides the EngineCoreRequest over the socket to an engine core in its own process (msgspec, no pickle); utilities too."
+    model, lrs, ref = setup
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    mp = LLM(str(model), enable_lora=True, max_loras=2, **ENGINE)
+    try:
+        assert mp.llm_engine.engine_core.multiprocess
+        assert mp.llm_engine.add_lora(lrs["rs"]) is True and mp.llm_engine.list_loras() == {2}
+        names = [None, "qv", "mlp"]
+        outs = mp.generate([PROMPTS[1]] * 3, SP, lora_request=[lrs[n] if n else None for n in names], use_tqdm=False)
+        assert [o.outputs[0].token_ids for o in outs] == [ref[n, PROMPTS[1]] for n in names]
+        assert mp.llm_engine.remove_lora(1) is True and mp.llm_engine.list_loras() == {3}  # max_cpu_loras = 2: rs was evicted first
+    finally: mp.llm_engine.shutdown()
