@@ -98,17 +98,19 @@ def test_max_loras_one_runs_three_adapters(setup):
     model, lrs, ref = setup
     llm1 = LLM(str(model), enable_lora=True, max_loras=1, **ENGINE)
     sched = llm1.llm_engine.engine_core.scheduler
-    seen, schedule = [], sched.schedule
+    seen, deferred, schedule = [], [], sched.schedule
     def recording():
         so = schedule()
         seen.append({sched.requests[r].lora_request.lora_int_id for r in so.num_scheduled_tokens
                      if r in sched.requests and sched.requests[r].lora_request is not None})
+        deferred.append(sched.make_stats().num_skipped_waiting_reqs)  # waiting for their adapter's turn: vLLM's "deferred"
         return so
     sched.schedule = recording
     names = ["qv", "rs", "mlp", "qv", None, "mlp"]
     outs = llm1.generate([PROMPTS[0]] * len(names), SP, lora_request=[lrs[n] if n else None for n in names], use_tqdm=False)
     assert [o.outputs[0].token_ids for o in outs] == [ref[n, PROMPTS[0]] for n in names]
     assert seen and max(len(s) for s in seen) == 1 and set().union(*seen) == {1, 2, 3}
+    assert max(deferred) > 0 and deferred[-1] == 0 and not sched.deferred_waiting
     assert llm1.llm_engine.list_loras() == {3}  # max_cpu_loras = max_loras = 1: the last one used
     no_leak(llm1)
 
