@@ -279,7 +279,9 @@ def _lora_fits(self:Scheduler, request:Request, st:_Step) -> bool:
     n, ids = st.__dict__.setdefault("lora_ids", [0, set()])  # adapters of self.running, which only grows while waiting requests are admitted
     ids.update(r.lora_request.lora_int_id for r in self.running[n:] if r.lora_request is not None)
     st.lora_ids[0] = len(self.running)
-    return lr.lora_int_id in ids or len(ids) < self.config.max_loras
+    fits = lr.lora_int_id in ids or len(ids) < self.config.max_loras
+    (self.deferred_waiting.discard if fits else self.deferred_waiting.add)(request.request_id)  # vLLM counts it as deferred meanwhile
+    return fits
 
 # %% ../nbs/05_scheduler.ipynb #a8d63f38
 @patch

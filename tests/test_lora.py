@@ -98,17 +98,19 @@ def test_max_loras_one_runs_three_adapters(setup):
     model, lrs, ref = setup
     llm1 = LLM(str(model), enable_lora=True, max_loras=1, **ENGINE)
     sched = llm1.llm_engine.engine_core.scheduler
-    seen, schedule = [], sched.schedule
+    seen, deferred, schedule = [], [], sched.schedule
     def recording():
         so = schedule()
         seen.append({sched.requests[r].lora_request.lora_int_id for r in so.num_scheduled_tokens
                      if r in sched.requests and sched.requests[r].lora_request is not None})
+        deferred.append(sched.make_stats().num_skipped_waiting_reqs)  # waiting for their adapter's turn: vLLM's "deferred"
         return so
     sched.schedule = recording
     names = ["qv", "rs", "mlp", "qv", None, "mlp"]
     outs = llm1.generate([PROMPTS[0]] * len(names), SP, lora_request=[lrs[n] if n else None for n in names], use_tqdm=False)
     assert [o.outputs[0].token_ids for o in outs] == [ref[n, PROMPTS[0]] for n in names]
     assert seen and max(len(s) for s in seen) == 1 and set().union(*seen) == {1, 2, 3}
+    assert max(deferred) > 0 and deferred[-1] == 0 and not sched.deferred_waiting
     assert llm1.llm_engine.list_loras() == {3}  # max_cpu_loras = max_loras = 1: the last one used
     no_leak(llm1)
 
@@ -293,3 +295,18 @@ def test_adapters_with_speculative_decoding(setup):
     outs = llm.generate(PROMPTS, SP, lora_request=[lrs.get(n) for n in names], use_tqdm=False)
     assert [o.outputs[0].token_ids for o in outs] == [ref[n, p] for n, p in zip(names, PROMPTS)]
     no_leak(llm)
+
+
+def test_through_the_engine_core_process(setup, monkeypatch):
+    "The LoRARequest rides the EngineCoreRequest over the socket to an engine core in its own process (msgspec, no pickle); utilities too."
+    model, lrs, ref = setup
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    mp = LLM(str(model), enable_lora=True, max_loras=2, **ENGINE)
+    try:
+        assert mp.llm_engine.engine_core.multiprocess
+        assert mp.llm_engine.add_lora(lrs["rs"]) is True and mp.llm_engine.list_loras() == {2}
+        names = [None, "qv", "mlp"]
+        outs = mp.generate([PROMPTS[1]] * 3, SP, lora_request=[lrs[n] if n else None for n in names], use_tqdm=False)
+        assert [o.outputs[0].token_ids for o in outs] == [ref[n, PROMPTS[1]] for n in names]
+        assert mp.llm_engine.remove_lora(1) is True and mp.llm_engine.list_loras() == {3}  # max_cpu_loras = 2: rs was evicted first
+    finally: mp.llm_engine.shutdown()

@@ -56,17 +56,20 @@ class LoRAMapping:
         self.slots = t(slots)                                               # (used slots,)
         self.all_slots = len(slots) == num_slots                            # every slot in use: no need to select them
         self.src = t(src.reshape(-1))                                       # (used slots * max_count,) token of each padded row
-        self.valid = t(np.flatnonzero(ok.reshape(-1)))                      # the padded rows that are real tokens...
-        self.rows = t(src.reshape(-1)[ok.reshape(-1)])                      # ...and their tokens
+        inv = np.full(len(ts), len(slots) * self.max_count, dtype=np.int64)  # each token's padded row; base tokens: one past the end...
+        inv[src.reshape(-1)[ok.reshape(-1)]] = np.flatnonzero(ok.reshape(-1))
+        self.inv = t(inv)                                                   # ...a zero row (see lora_grouped)
         self.sorted_token_ids, self.counts, self.starts = t(order), counts, starts  # the Triton kernel's view (kernels/lora.py)
 
 def lora_grouped(y, x, lora_a, lora_b, m:LoRAMapping):
-    "y += (x A_i^T)(s B_i)^T per token by slot: tokens grouped by slot, two bmm over the padded groups, rows added back (SGMV in torch)."
+    "y += (x A_i^T)(s B_i)^T per token by slot: tokens grouped by slot, two bmm over the padded groups, rows gathered back (SGMV in torch)."
     a, b = (lora_a, lora_b) if m.all_slots else (lora_a.index_select(0, m.slots), lora_b.index_select(0, m.slots))
-    S = a.shape[0]
-    xg = x.index_select(0, m.src).view(S, m.max_count, x.shape[1])      # (used slots, max_count, in)
-    out = torch.bmm(torch.bmm(xg, a), b).view(S * m.max_count, -1)      # (used slots * max_count, out)
-    return y.index_add_(0, m.rows, out.index_select(0, m.valid))
+    S, M = a.shape[0], m.max_count
+    xg = x.index_select(0, m.src).view(S, M, x.shape[1])                # (used slots, max_count, in)
+    out = torch.empty(S * M + 1, b.shape[2], dtype=y.dtype, device=y.device)  # (padded rows + a zero row for base tokens, out)
+    out[-1].zero_()
+    torch.bmm(torch.bmm(xg, a), b, out=out[:-1].view(S, M, -1))
+    return y.add_(out.index_select(0, m.inv))  # a gather, not a scatter: index_add_ on a CPU is slow
 
 def lora_dense(y, x, lora_a, lora_b, m:LoRAMapping):
     "Every token through every slot's A, the other slots' columns zeroed, then through all the B's."
