@@ -213,15 +213,23 @@ def main():
     import vllm
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
+    loras = job.get("loras")  # [[name, id, path], ...]: request i runs on loras[i % len(loras)]
+    lora_kw = dict(enable_lora=True, max_loras=len(loras), max_lora_rank=job["max_lora_rank"]) if loras else {}
     llm = LLM(model=job["model"], dtype=job["dtype"], max_model_len=job["max_model_len"], seed=job["seed"],
               max_num_seqs=job["max_num_seqs"], gpu_memory_utilization=job["gpu_memory_utilization"],
-              kv_cache_memory_bytes=job["kv_cache_memory_bytes"])
+              kv_cache_memory_bytes=job["kv_cache_memory_bytes"], **lora_kw)
     prompts = [TokensPrompt(prompt_token_ids=p) for p in job["prompts"]]
     params = [SamplingParams(temperature=job["temperature"], max_tokens=m, ignore_eos=True) for m in job["max_tokens"]]
     llm.generate(prompts[:1], SamplingParams(max_tokens=8, ignore_eos=True), use_tqdm=False)  # warm-up, as litevllm's
     llm.reset_prefix_cache()
     t0 = time.perf_counter()
-    outs = llm.generate(prompts, params, use_tqdm=False)
+    if loras:
+        from vllm.lora.request import LoRARequest
+        lrs = [LoRARequest(n, i, p) for n, i, p in loras]
+        for lr in lrs: llm.llm_engine.add_lora(lr)  # loaded before the clock starts, as litevllm's
+        t0 = time.perf_counter()
+        outs = llm.generate(prompts, params, use_tqdm=False, lora_request=[lrs[i % len(lrs)] for i in range(len(prompts))])
+    else: outs = llm.generate(prompts, params, use_tqdm=False)
     seconds = time.perf_counter() - t0
     ttft = []
     for _ in range(job["ttft_reps"] if job["ttft_prompt"] else 0):  # one prompt, one token: the time to first token
@@ -240,7 +248,8 @@ if __name__ == "__main__":  # vLLM's engine core is a spawned process, which imp
 
 def run_vllm(python:str, wl:Workload, model, dtype:str, max_model_len:int, seed:int=0, max_num_seqs:int=256,
              ttft_prompt:list[int]|None=None, ttft_reps:int=5, threads:int|None=None, kv_fraction:float=0.15, kv_cache_memory_bytes:int|None=None,
-             timeout:float=3600) -> dict:
+             timeout:float=3600,
+             loras:list|None=None, max_lora_rank:int=16) -> dict:  # [(name, id, path)]: the requests spread over these LoRA adapters
     "Time real vLLM over `wl` in a subprocess of `python` (vLLM's own environment): a row like `run_litevllm`'s."
     # vLLM's KV cache: `kv_cache_memory_bytes` when given, else `kv_fraction` of the memory (on CPU: of the NUMA node's)
     import subprocess, tempfile, torch
@@ -251,7 +260,7 @@ def run_vllm(python:str, wl:Workload, model, dtype:str, max_model_len:int, seed:
     job = dict(model=str(model), dtype=dtype, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,
                gpu_memory_utilization=kv_fraction, kv_cache_memory_bytes=kv_cache_memory_bytes,
                prompts=wl.prompt_token_ids, max_tokens=wl.max_tokens, temperature=wl.temperature,
-               ttft_prompt=ttft_prompt, ttft_reps=ttft_reps)
+               ttft_prompt=ttft_prompt, ttft_reps=ttft_reps, loras=loras, max_lora_rank=max_lora_rank)
     with tempfile.TemporaryDirectory() as d:
         (Path(d)/"vllm_worker.py").write_text(VLLM_WORKER)
         p = subprocess.run([python, str(Path(d)/"vllm_worker.py")], input=json.dumps(job), capture_output=True, text=True,
@@ -259,7 +268,7 @@ def run_vllm(python:str, wl:Workload, model, dtype:str, max_model_len:int, seed:
     res = next((json.loads(l.split(" ", 1)[1]) for l in p.stdout.splitlines() if l.startswith("LITEVLLM_RESULT ")), None)
     if p.returncode or res is None:
         raise RuntimeError(f"the vLLM run failed (exit {p.returncode}):\n{(p.stderr or p.stdout)[-3000:]}")
-    r = dict(engine=f"vllm {res['version']}", dtype=res.get("dtype", dtype), batch=max_num_seqs, seconds=res["seconds"], output_tokens=res["output_tokens"],
+    r = dict(engine=f"vllm {res['version']}" + (f", {len(loras)} LoRAs" if loras else ""), dtype=res.get("dtype", dtype), batch=max_num_seqs, seconds=res["seconds"], output_tokens=res["output_tokens"],
              per_request_tokens=res["per_request_tokens"])
     if res["ttft_s"]: r["ttft_ms"] = 1e3 * float(np.median(res["ttft_s"]))
     return _rates(r, wl)
@@ -361,7 +370,9 @@ def _throughput(ns) -> int:
     if ttft_prompt: lv["ttft_ms"] = measure_ttft(llm, ttft_prompt)
     results.append(lv)
     for r in results[:-1]: r["litevllm_speedup"] = lv["output_tok_s"] / r["output_tok_s"]
-    if getattr(ns, "lora_mix", 0): del llm; gc.collect(); results.append(run_lora_mix(ns, wl, kw, lv))  # then over N adapters
+    if getattr(ns, "lora_mix", 0):  # then over N adapters (and through vLLM too, with --baseline vllm)
+        del llm; gc.collect()
+        results += run_lora_mix(ns, wl, kw, lv, results[0] if ns.baseline == "vllm" else None)
     for r in results: r["cpu"] = cpu_info().isa  # the ISA class: an avx512 figure is never read as an avx2 one
     print(f"CPU: {cpu_info()}, {os.cpu_count()} cores")
     print(format_table(results, THROUGHPUT_COLS))
@@ -380,8 +391,8 @@ def _throughput(ns) -> int:
     return 0
 
 # %% ../nbs/30_benchmarks.ipynb #951556ed
-def run_lora_mix(ns, wl:Workload, kw:dict, base:dict) -> dict:
-    "The workload again over `ns.lora_mix` random adapters on a LoRA engine; its row, with the ratio to the base model's run."
+def run_lora_mix(ns, wl:Workload, kw:dict, base:dict, vllm_base:dict|None=None) -> list[dict]:
+    "The workload again over `ns.lora_mix` random adapters: litevllm's row (its ratio to the base model's run), and vLLM's when it ran too."
     import tempfile
     from transformers import AutoConfig
     from litevllm.config import EngineArgs
@@ -401,7 +412,16 @@ def run_lora_mix(ns, wl:Workload, kw:dict, base:dict) -> dict:
     res |= dict(engine=f"litevllm, {n} LoRAs", dtype=base.get("dtype"), lora_vs_base=res["output_tok_s"] / base["output_tok_s"])
     print(f"LoRA mix: {wl.num_requests} requests over {n} adapters (rank {r}, {' '.join(ns.lora_targets)}): {res['output_tok_s']:.1f} output tok/s, "
           f"base model {base['output_tok_s']:.1f}: ratio {res['lora_vs_base']:.2f}", flush=True)
-    return res
+    rows = [res]
+    if vllm_base is not None:  # --baseline vllm: the same mix through real vLLM (its CPU build serves LoRA with torch ops)
+        v = run_vllm(ns.vllm_python, wl, cfg.model_path, vllm_base["dtype"], cfg.max_model_len, cfg.seed, cfg.max_num_seqs,
+                     kv_fraction=cfg.gpu_memory_utilization, kv_cache_memory_bytes=cfg.kv_cache_memory_bytes or (2 * 2**30 if cfg.device.type == "cpu" else None),
+                     loras=[(lr.lora_name, lr.lora_int_id, lr.lora_path) for lr in lrs], max_lora_rank=rank)
+        v["lora_vs_base"] = v["output_tok_s"] / vllm_base["output_tok_s"]
+        res["litevllm_speedup"] = res["output_tok_s"] / v["output_tok_s"]
+        print(f"vLLM, the same LoRA mix: {v['output_tok_s']:.1f} output tok/s, its base model {vllm_base['output_tok_s']:.1f}: ratio {v['lora_vs_base']:.2f}", flush=True)
+        rows.insert(0, v)
+    return rows
 
 # %% ../nbs/30_benchmarks.ipynb #a1329be5
 _lat_ids = iter(range(10**12))
