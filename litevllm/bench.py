@@ -19,17 +19,17 @@ from .inputs import apply_chat_template
 __all__ = ['WORKLOADS', 'VLLM_WORKER', 'STEP_PARTS', 'THROUGHPUT_COLS', 'COPY_PROMPTS', 'LATENCY_WORKLOADS', 'LATENCY_COLS',
            'SERVE_COLS', 'LOAD_COLS', 'VLLM_CLI', 'VLLM_SHARED', 'COMPARE_COLS', 'SPEC_METHODS', 'SPEC_COLS',
            'VLLM_SPEC_WORKER', 'Workload', 'make_workload', 'cpu_model', 'machine_info', 'format_table', 'write_report',
-           'engine_core_in_process', 'run_litevllm', 'load_hf_model', 'hf_batches', 'left_pad', 'run_hf', 'run_vllm',
-           'measure_ttft', 'breakdown_table', 'breakdown_by_batch', 'add_workload_args', 'workload_from_args',
-           'cmd_throughput', 'run_lora_mix', 'collect_spec_stats', 'spec_summary', 'latency_summary', 'measure_latency',
-           'copy_prompts', 'bench_latency', 'cmd_latency', 'run_async', 'run_serve_bench', 'process_rss_mb',
-           'server_blocks_in_use', 'run_load', 'cmd_serve', 'cmd_serve_load', 'add_load_args', 'random_token_prompts',
-           'probe_health', 'with_health_probe', 'vllm_cli', 'vllm_env', 'engine_flags', 'serve_argvs', 'free_port',
-           'port_in_use', 'stop_process_group', 'server_process', 'parse_vllm_bench_output', 'vllm_bench_argv',
-           'run_process', 'run_vllm_client', 'add_ratios', 'serve_level', 'compare_run', 'cmd_serve_compare',
-           'add_compare_args', 'spec_configs', 'spec_workloads', 'run_spec_decode', 'add_spec_ratios', 'run_vllm_spec',
-           'cmd_spec_decode', 'add_spec_decode_args', 'cmd_kernels', 'add_cli', 'plot_throughput_report', 'plot_sweep',
-           'vllm_ratio_rows', 'plot_vllm_ratios']
+           'engine_core_in_process', 'run_litevllm', 'load_hf_model', 'hf_batches', 'left_pad', 'run_hf',
+           'run_vllm_worker', 'run_vllm', 'measure_ttft', 'breakdown_table', 'breakdown_by_batch', 'add_workload_args',
+           'workload_from_args', 'cmd_throughput', 'run_lora_mix', 'collect_spec_stats', 'spec_summary',
+           'latency_summary', 'measure_latency', 'copy_prompts', 'bench_latency', 'cmd_latency', 'run_async',
+           'run_serve_bench', 'process_rss_mb', 'server_blocks_in_use', 'run_load', 'cmd_serve', 'cmd_serve_load',
+           'add_load_args', 'random_token_prompts', 'probe_health', 'with_health_probe', 'vllm_cli', 'vllm_env',
+           'engine_flags', 'serve_argvs', 'free_port', 'port_in_use', 'stop_process_group', 'server_process',
+           'parse_vllm_bench_output', 'vllm_bench_argv', 'run_process', 'run_vllm_client', 'add_ratios', 'serve_level',
+           'compare_run', 'cmd_serve_compare', 'add_compare_args', 'spec_configs', 'spec_workloads', 'run_spec_decode',
+           'add_spec_ratios', 'run_vllm_spec', 'cmd_spec_decode', 'add_spec_decode_args', 'cmd_kernels', 'add_cli',
+           'plot_throughput_report', 'plot_sweep', 'vllm_ratio_rows', 'plot_vllm_ratios']
 
 # %% ../nbs/30_benchmarks.ipynb #4445bf21
 WORKLOADS = {
@@ -246,13 +246,25 @@ if __name__ == "__main__":  # vLLM's engine core is a spawned process, which imp
     main()
 '''
 
+def run_vllm_worker(python:str, script:str, job:dict, env:dict, timeout:float) -> dict:
+    "Run `script` with vLLM's `python` in a scratch folder, `job` as JSON on its stdin: its `LITEVLLM_RESULT {json}` line (else an error with its output's end)."
+    import subprocess
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d)/"vllm_worker.py").write_text(script)
+        p = subprocess.run([python, str(Path(d)/"vllm_worker.py")], input=json.dumps(job), capture_output=True, text=True,
+                           env=env, timeout=timeout, cwd=d)
+    res = next((json.loads(l.split(" ", 1)[1]) for l in p.stdout.splitlines() if l.startswith("LITEVLLM_RESULT ")), None)
+    if p.returncode or res is None:
+        raise RuntimeError(f"the vLLM run failed (exit {p.returncode}):\n{(p.stderr or p.stdout)[-3000:]}")
+    return res
+
 def run_vllm(python:str, wl:Workload, model, dtype:str, max_model_len:int, seed:int=0, max_num_seqs:int=256,
              ttft_prompt:list[int]|None=None, ttft_reps:int=5, threads:int|None=None, kv_fraction:float=0.15, kv_cache_memory_bytes:int|None=None,
              timeout:float=3600,
              loras:list|None=None, max_lora_rank:int=16) -> dict:  # [(name, id, path)]: the requests spread over these LoRA adapters
     "Time real vLLM over `wl` in a subprocess of `python` (vLLM's own environment): a row like `run_litevllm`'s."
     # vLLM's KV cache: `kv_cache_memory_bytes` when given, else `kv_fraction` of the memory (on CPU: of the NUMA node's)
-    import subprocess, tempfile, torch
+    import torch
     if not Path(python).exists(): raise ValueError(f"--vllm-python {python} does not exist (build it with `make vllm-baseline`)")
     python = str(Path(python).absolute())  # the worker runs in a temporary folder; not resolve(): a venv's python is a symlink
     n = threads or torch.get_num_threads()
@@ -261,13 +273,7 @@ def run_vllm(python:str, wl:Workload, model, dtype:str, max_model_len:int, seed:
                gpu_memory_utilization=kv_fraction, kv_cache_memory_bytes=kv_cache_memory_bytes,
                prompts=wl.prompt_token_ids, max_tokens=wl.max_tokens, temperature=wl.temperature,
                ttft_prompt=ttft_prompt, ttft_reps=ttft_reps, loras=loras, max_lora_rank=max_lora_rank)
-    with tempfile.TemporaryDirectory() as d:
-        (Path(d)/"vllm_worker.py").write_text(VLLM_WORKER)
-        p = subprocess.run([python, str(Path(d)/"vllm_worker.py")], input=json.dumps(job), capture_output=True, text=True,
-                           env=env, timeout=timeout, cwd=d)
-    res = next((json.loads(l.split(" ", 1)[1]) for l in p.stdout.splitlines() if l.startswith("LITEVLLM_RESULT ")), None)
-    if p.returncode or res is None:
-        raise RuntimeError(f"the vLLM run failed (exit {p.returncode}):\n{(p.stderr or p.stdout)[-3000:]}")
+    res = run_vllm_worker(python, VLLM_WORKER, job, env, timeout)
     r = dict(engine=f"vllm {res['version']}" + (f", {len(loras)} LoRAs" if loras else ""), dtype=res.get("dtype", dtype), batch=max_num_seqs, seconds=res["seconds"], output_tokens=res["output_tokens"],
              per_request_tokens=res["per_request_tokens"])
     if res["ttft_s"]: r["ttft_ms"] = 1e3 * float(np.median(res["ttft_s"]))
@@ -1311,7 +1317,7 @@ def run_vllm_spec(python:str, model, workloads:dict, speculative_config:dict|Non
                   max_model_len:int=2048, seed:int=0, max_num_seqs:int=256, kv_cache_memory_bytes:int|None=2**31, threads:int|None=None,
                   preload_iomp:bool=True, timeout:float=3600) -> list[dict]:
     "Real vLLM over `workloads` at each concurrency, with `speculative_config` (None: none), in a subprocess of `python`: rows as run_spec_decode's."
-    import subprocess, torch
+    import torch
     if not Path(python).exists(): raise ValueError(f"--vllm-python {python} does not exist (build it with `make vllm-baseline`)")
     python = str(Path(python).absolute())  # not resolve(): a venv's python is a symlink
     env = vllm_env(threads or torch.get_num_threads())
@@ -1320,13 +1326,7 @@ def run_vllm_spec(python:str, model, workloads:dict, speculative_config:dict|Non
     job = dict(model=str(model), dtype=dtype, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,
                kv_cache_memory_bytes=kv_cache_memory_bytes, speculative_config=speculative_config, concurrency=list(concurrency),
                warmup_prompt=random_token_prompts(1, 16, seed=1)[0], workloads=workloads)
-    with tempfile.TemporaryDirectory() as d:
-        (Path(d)/"vllm_spec_worker.py").write_text(VLLM_SPEC_WORKER)
-        p = subprocess.run([python, str(Path(d)/"vllm_spec_worker.py")], input=json.dumps(job), capture_output=True, text=True,
-                           env=env, timeout=timeout, cwd=d)
-    res = next((json.loads(l.split(" ", 1)[1]) for l in p.stdout.splitlines() if l.startswith("LITEVLLM_RESULT ")), None)
-    if p.returncode or res is None:
-        raise RuntimeError(f"the vLLM run failed (exit {p.returncode}):\n{(p.stderr or p.stdout)[-3000:]}")
+    res = run_vllm_worker(python, VLLM_SPEC_WORKER, job, env, timeout)
     method = (speculative_config or {}).get("method", "none")
     return [dict(engine=f"vllm {res['version']}", workload=r["workload"], concurrency=r["concurrency"], method=method, dtype=res["dtype"],
                  num_prompts=r["num_prompts"], preloaded=env.get("LD_PRELOAD"))
