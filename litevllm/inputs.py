@@ -189,6 +189,7 @@ def apply_chat_template(tokenizer, messages:list[dict], chat_template:str|None=N
                         continue_final_message:bool=False,  # end on the last (assistant) message, open, for the model to continue
                         tools:list[dict]|None=None,  # OpenAI-style tool definitions, handed to the template
                         chat_template_content_format:str="auto",  # 'string' | 'openai' | 'auto' (string, for text-only templates)
+                        add_special_tokens:bool=False,  # the tokenizer's own specials (a BOS) on top of the template's: vLLM's chat flag
                         **kwargs) -> list[int]:
     "Token ids of `messages` rendered with the model's chat template."
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
@@ -206,4 +207,4 @@ def apply_chat_template(tokenizer, messages:list[dict], chat_template:str|None=N
     text = tokenizer.apply_chat_template(messages, chat_template=chat_template, tokenize=False, tools=tools,
                                          add_generation_prompt=add_generation_prompt,
                                          continue_final_message=continue_final_message, **kwargs)
-    return tokenizer(text, add_special_tokens=False).input_ids
+    return tokenizer(text, add_special_tokens=add_special_tokens).input_ids

@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry, generate_latest, disable_create
 from .scheduler import EngineCoreOutput, SchedulerStats, SpecDecodingStats
 
 # %% auto #0
-__all__ = ['FinishedRequestStats', 'PromptTokenStats', 'IterationStats', 'PrometheusStatLogger', 'parse_metrics', 'metric_value',
-           'cache_config_info', 'Metric', 'Counter', 'Vector', 'Gauge', 'Histogram', 'get_metrics_snapshot',
-           'SpecDecodingProm', 'SpecDecodingLogging']
+__all__ = ['FinishedRequestStats', 'PromptTokenStats', 'IterationStats', 'PrometheusStatLogger', 'add_idle_families',
+           'parse_metrics', 'metric_value', 'cache_config_info', 'Metric', 'Counter', 'Vector', 'Gauge', 'Histogram',
+           'get_metrics_snapshot', 'SpecDecodingProm', 'SpecDecodingLogging']
 
 # %% ../nbs/13_metrics.ipynb #ca69d52c
 @dataclass
@@ -100,7 +100,7 @@ _ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
 _E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
 _ITERATION_TOKENS_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 _REQUEST_NUM_PREEMPTIONS_BUCKETS = [1, 2, 3, 4, 5, 10, 20]
-_FINISH_REASONS = ("stop", "length", "abort", "error")  # vLLM's FinishReason values
+_FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vLLM 0.32's FinishReason values (litevllm has no repetition detection yet: 0)
 _WAITING_REASONS = ("capacity", "deferred")  # SchedulerStats.num_waiting_reqs, .num_skipped_waiting_reqs
 _CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")  # vLLM's CacheHitSource; litevllm has only device
 _ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")  # the front end's queue limits
@@ -187,6 +187,28 @@ class PrometheusStatLogger:
             info_fam.labels(**info).set(1)  # an info metric: a gauge set to 1, as vLLM
         self.__dict__.update({k: getattr(self.views[self.engine], k) for k in fams})  # the first engine's, by their names
         self.spec_decoding_prom = None if speculative_config is None else SpecDecodingProm(speculative_config, r, model_name, self.engines)
+        add_idle_families(r, model_name, self.engines)
+
+# %% ../nbs/13_metrics.ipynb #cf9dfb0a
+_IDLE_COUNTERS = (  # (name, help) of counters vLLM exports for parts litevllm does not have: they stay 0
+    ("vllm:estimated_flops_per_gpu", "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations)."),
+    ("vllm:estimated_read_bytes_per_gpu", "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations)."),
+    ("vllm:estimated_write_bytes_per_gpu", "Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations)."),
+    ("vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens."),
+    ("vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens."),
+    ("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items."),
+    ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."))
+
+def add_idle_families(r:CollectorRegistry, model_name:str, engines:list[str]):
+    "vLLM's families for what litevllm lacks, at vLLM's values when off: counters at 0, the engine always awake."
+    sleep = prom.Gauge("vllm:engine_sleep_state", "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+                       "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+                       ["model_name", "engine", "sleep_state"], registry=r, multiprocess_mode="mostrecent")
+    for e in engines:
+        for state in ("awake", "weights_offloaded", "discard_all"): sleep.labels(model_name, e, state).set(state == "awake")
+    for name, doc in _IDLE_COUNTERS:
+        c = prom.Counter(name, doc, ["model_name", "engine"], registry=r)
+        for e in engines: c.labels(model_name, e)
 
 # %% ../nbs/13_metrics.ipynb #4cc8a5f5
 @patch
@@ -214,7 +236,8 @@ def record(self:PrometheusStatLogger, scheduler_stats:SchedulerStats|None=None, 
     for source, c in v.prompt_tokens_by_source.items(): c.inc(it.prompt_token_stats.get_by_source(source))
     v.prompt_tokens_cached.inc(it.num_cached_tokens)
     v.generation_tokens.inc(it.num_generation_tokens)
-    v.iteration_tokens.observe(it.num_prompt_tokens - it.num_cached_tokens + it.num_generation_tokens)  # tokens computed this step
+    if it.num_generation_tokens:  # vLLM observes a step only when it produced outputs: one observation per token-making step
+        v.iteration_tokens.observe(it.num_prompt_tokens - it.num_cached_tokens + it.num_generation_tokens)  # tokens computed this step
     for t in it.time_to_first_tokens_iter: v.ttft.observe(t)
     for t in it.inter_token_latencies_iter: v.itl.observe(t)
     for f in it.finished_requests:

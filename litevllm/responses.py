@@ -14,7 +14,7 @@ from pydantic import Field, ValidationError, model_validator
 from .async_llm import EngineDeadError, EngineGenerateError
 from .exceptions import VLLMValidationError
 from .reasoning import DeltaMessage, make_tool_call_id
-from .server import (APIError, _refuse, ChatCompletionRequest, OpenAIBaseModel, ServerState, _outputs, chat_logprobs, clean_loc,
+from .server import (APIError, JSON_BODY, _refuse, ChatCompletionRequest, OpenAIBaseModel, ServerState, _outputs, chat_logprobs, clean_loc,
                      make_chat_parser, prepare_chat, raise_on_engine_error, run_until_disconnect, tracked_load)
 
 # %% auto #0
@@ -525,7 +525,7 @@ def add_routes(app:FastAPI, st:ServerState, store:ResponsesStore|None=None):
         except APIError as e: raise responses_error(e) from None
         return model, messages, chat_req, prompt, params
 
-    @app.post("/v1/responses")
+    @app.post("/v1/responses", dependencies=JSON_BODY)
     async def create_response(req:ResponsesRequest, raw:Request):
         model, messages, chat_req, prompt, params = await prepare(req)
         created, keep = int(time.time()), bool(req.store) and store.enabled

@@ -6,14 +6,15 @@ Docs: https://litevllm.github.io/litevllm/server.html.md"""
 
 # %% ../nbs/16_server.ipynb #8f62a838
 from __future__ import annotations
-import argparse, asyncio, base64, contextlib, dataclasses, hashlib, io, json, logging, math, os, re, secrets, signal, sys, time, uuid
+import argparse, asyncio, base64, contextlib, dataclasses, hashlib, io, json, logging, math, os, re, secrets, signal, sys, threading, time, uuid
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from fastcore.basics import patch
 from typing import Annotated, Any, AsyncIterator
 import uvicorn
 import torch
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -34,9 +35,9 @@ from .sampling_params import StructuredOutputsParams
 from .structured_output import validate_structured_output
 
 # %% auto #0
-__all__ = ['logger', 'TokenId', 'SSE_DONE', 'SERVER_EXTENSIONS', 'APIError', 'invalid', 'error_response', 'sanitize_message',
-           'clean_loc', 'vllm_validation_error', 'http_error_body', 'OpenAIBaseModel', 'StreamOptions',
-           'SamplingFields', 'CompletionRequest', 'FunctionDefinition', 'ChatCompletionToolsParam',
+__all__ = ['logger', 'TokenId', 'SSE_DONE', 'JSON_BODY', 'SERVER_EXTENSIONS', 'APIError', 'invalid', 'error_response',
+           'sanitize_message', 'clean_loc', 'vllm_validation_error', 'http_error_body', 'OpenAIBaseModel',
+           'StreamOptions', 'SamplingFields', 'CompletionRequest', 'FunctionDefinition', 'ChatCompletionToolsParam',
            'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest', 'JsonSchemaResponseFormat',
            'ResponseFormat', 'structured_outputs_from_request', 'raise_on_engine_error', 'bad_request',
            'logit_bias_ids', 'to_sampling_params', 'max_chars_per_token', 'check_text_length', 'check_truncation',
@@ -45,13 +46,15 @@ __all__ = ['logger', 'TokenId', 'SSE_DONE', 'SERVER_EXTENSIONS', 'APIError', 'in
            'ServerState', 'default_served_names', 'APIKeyMiddleware', 'ServerGuard', 'ClientDisconnected',
            'run_until_disconnect', 'merge_async_iterators', 'sse', 'usage', 'prompt_tokens_details', 'stream_usage',
            'should_include_usage', 'prompt_logprobs_json', 'vllm_choice_extras', 'chat_message', 'echo_choice',
-           'beam_search_params', 'tool_dicts', 'check_tool_choice', 'forced_tool_schema', 'load_prompt_embeds',
-           'tokenize_prompt', 'prepare_completion', 'completion_full', 'completion_stream', 'render_chat',
-           'prepare_chat', 'make_chat_parser', 'chat_choice', 'stream_delta', 'chat_full', 'chat_stream',
+           'beam_search_params', 'tool_dicts', 'check_tool_choice', 'forced_tool_schema',
+           'check_sparse_tensor_invariants_threadsafe', 'max_embed_decode_bytes', 'check_embeds_shape',
+           'load_prompt_embeds', 'tokenize_prompt', 'prepare_completion', 'completion_full', 'completion_stream',
+           'render_chat', 'prepare_chat', 'make_chat_parser', 'chat_choice', 'stream_delta', 'chat_full', 'chat_stream',
            'check_chat_template', 'echo_text', 'LoRAModulePath', 'LoRAParserAction', 'runtime_lora_updating',
            'lora_card', 'register_lora_modules', 'LoadLoRAAdapterRequest', 'UnloadLoRAAdapterRequest',
-           'system_fingerprint', 'resolve_parsers', 'load_chat_template', 'build_app', 'model_card', 'tokenizer_info',
-           'tracked_load', 'threading_main', 'cmd_serve', 'add_cli', 'ServerShuttingDown']
+           'add_exception_handlers', 'validate_json_request', 'system_fingerprint', 'resolve_parsers',
+           'load_chat_template', 'build_app', 'model_card', 'tokenizer_info', 'tracked_load', 'threading_main',
+           'cmd_serve', 'add_cli', 'ServerShuttingDown']
 
 # %% ../nbs/16_server.ipynb #f462d722
 logger = logging.getLogger("litevllm.server")
@@ -101,11 +104,12 @@ def clean_loc(loc) -> str:
 def vllm_validation_error(exc:RequestValidationError) -> dict:
     "vLLM 0.32's 400 body for a request that failed validation: its own checks by name, pydantic's as a list."
     errors = exc.errors()
-    if own := next((e["ctx"]["error"] for e in errors if isinstance((e.get("ctx") or {}).get("error"), VLLMValidationError)), None):
+    if own := next((e["ctx"]["error"] for e in errors if isinstance(e, dict) and isinstance((e.get("ctx") or {}).get("error"), VLLMValidationError)), None):
         return {"error": {"message": sanitize_message(str(own)), "type": "BadRequestError", "param": own.parameter, "code": 400}}
-    param = clean_loc(errors[0].get("loc", ())) or None if errors else None
+    param = clean_loc(errors[0].get("loc", ())) or None if errors and isinstance(errors[0], dict) else None
     lines = []
     for e in errors[:10]:
+        if not isinstance(e, dict): lines.append(f"  {e}\n"); continue  # a plain message (validate_json_request's)
         e = dict(e)
         if "input" in e: e["input"] = _short_input(e["input"])
         if isinstance(e.get("loc"), (tuple, list)): e["loc"] = clean_loc(e["loc"])
@@ -117,7 +121,7 @@ def vllm_validation_error(exc:RequestValidationError) -> dict:
     return {"error": {"message": sanitize_message(message), "type": HTTPStatus.BAD_REQUEST.phrase, "param": param, "code": 400}}
 
 def http_error_body(status:int, detail) -> dict:
-    "vLLM's body for an HTTPException raised by a handler (the 404 and 405 of unknown routes keep FastAPI's detail body)."
+    "vLLM's body for an HTTPException: Starlette's (404, 405, an unparsable body) and our handlers' alike."
     return {"error": {"message": sanitize_message(str(detail)), "type": HTTPStatus(status).phrase, "param": None, "code": status}}
 
 # %% ../nbs/16_server.ipynb #7218c615
@@ -772,6 +776,53 @@ def forced_tool_schema(req, tools:list[dict]|None) -> dict|None:
         except ValueError as e: raise APIError(f"tools: the tools' parameters are not a usable JSON schema: {e}", param="tools") from None
     return schema
 
+# %% ../nbs/16_server.ipynb #9e4b0929
+_SPARSE_LOAD_LOCK = threading.Lock()
+
+@contextlib.contextmanager
+def check_sparse_tensor_invariants_threadsafe():
+    "torch's sparse-tensor invariant checks on, for one load at a time: the switch is global to the process."
+    with _SPARSE_LOAD_LOCK, torch.sparse.check_sparse_tensor_invariants(): yield
+
+# %% ../nbs/16_server.ipynb #9a46f837
+_EMBED_LAYOUTS = (torch.strided, torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+
+def max_embed_decode_bytes() -> int: return int(os.environ.get("VLLM_MAX_EMBED_DECODE_BYTES", 2**31))
+
+def check_embeds_shape(t, hidden:int, max_rows:int) -> tuple[int, int]:
+    "The (rows, width) a client's tensor declares, refused (400 on `prompt_embeds`) unless it can be a prompt for this model."
+    if not isinstance(t, torch.Tensor): raise invalid("`prompt_embeds` payload did not deserialize to a torch.Tensor.", "prompt_embeds")
+    if t.layout not in _EMBED_LAYOUTS: raise invalid(f"`prompt_embeds` has layout {t.layout}, which cannot be made dense.", "prompt_embeds")
+    shape = tuple(t.shape)[1:] if t.dim() == 3 and t.shape[0] == 1 else tuple(t.shape)
+    if len(shape) != 2:
+        raise invalid(f"`prompt_embeds` must be a 2D tensor of shape (num_tokens, hidden_size); got shape {tuple(t.shape)}.", "prompt_embeds")
+    if shape[1] != hidden: raise invalid(f"`prompt_embeds` hidden_size {shape[1]} does not match the model's hidden_size {hidden}.", "prompt_embeds")
+    if shape[0] > max_rows:
+        raise invalid(f"The decoder prompt (length {shape[0]}) is longer than the maximum model length of {max_rows}.", "prompt_embeds")
+    if not t.dtype.is_floating_point:
+        raise invalid(f"`prompt_embeds` dtype {t.dtype} is not a floating-point type.", "prompt_embeds")
+    if (nbytes := t.numel() * t.element_size()) > (limit := max_embed_decode_bytes()):
+        raise invalid(f"`prompt_embeds` declares shape {tuple(t.shape)}, which would allocate {nbytes} bytes once densified, exceeding "
+                      f"the {limit} byte limit. Set VLLM_MAX_EMBED_DECODE_BYTES to increase this limit.", "prompt_embeds", nbytes)
+    return shape
+
+# %% ../nbs/16_server.ipynb #a7724a7c
+def load_prompt_embeds(st:ServerState, data:bytes|str) -> torch.Tensor:
+    "base64 of a `torch.save`d tensor, loaded safely and checked by its declared shape before it is made dense and 2-d."
+    if not getattr(st.engine.vllm_config.args, "enable_prompt_embeds", False):
+        raise invalid("You must set `--enable-prompt-embeds` to input `prompt_embeds`.", "prompt_embeds")
+    try: payload = base64.b64decode(data, validate=True)
+    except (ValueError, TypeError): raise APIError("Non-base64 digit found") from None  # what vLLM's (pybase64's) strict decode says
+    with check_sparse_tensor_invariants_threadsafe():
+        try: t = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")  # weights_only: no code runs from the bytes
+        except (MemoryError, torch.OutOfMemoryError): raise  # the server's condition, not the client's
+        except Exception as e:
+            raise invalid(f"`prompt_embeds` could not be deserialized as a torch tensor: {str(e).strip()[:200] or type(e).__name__}", "prompt_embeds") from None
+        shape = check_embeds_shape(t, st.engine.vllm_config.hf_config.hidden_size, st.max_model_len)
+        t = t.to_dense().reshape(shape)
+    if not torch.isfinite(t).all(): raise invalid("`prompt_embeds` contains NaN or infinite values.", "prompt_embeds")
+    return t
+
 # %% ../nbs/16_server.ipynb #0c031a54
 def _prompts(prompt) -> list[str|list[int]]:
     if prompt is None or prompt == "": return []
@@ -779,22 +830,6 @@ def _prompts(prompt) -> list[str|list[int]]:
     if not prompt: raise APIError("prompt must not be empty", param="prompt")
     if all(isinstance(p, int) for p in prompt): return [prompt]
     return list(prompt)
-
-def load_prompt_embeds(st:ServerState, data:bytes|str) -> torch.Tensor:
-    "base64 of a `torch.save`d tensor, loaded safely and made 2-d; its width and dtype are the input processor's to check (02_inputs)."
-    if not getattr(st.engine.vllm_config.args, "enable_prompt_embeds", False):
-        raise invalid("You must set `--enable-prompt-embeds` to input `prompt_embeds`.", "prompt_embeds")
-    try: payload = base64.b64decode(data, validate=True)
-    except (ValueError, TypeError): raise APIError("Non-base64 digit found") from None  # what vLLM's (pybase64's) strict decode says
-    try: t = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")  # weights_only: no code runs from the bytes
-    except Exception as e:
-        raise invalid(f"`prompt_embeds` could not be deserialized as a torch tensor: {str(e).strip()[:200] or type(e).__name__}", "prompt_embeds") from None
-    if not isinstance(t, torch.Tensor): raise invalid(f"`prompt_embeds` must be a tensor, got {type(t).__name__}", "prompt_embeds")
-    if t.is_sparse: t = t.to_dense()
-    if t.dim() > 2: t = t.squeeze(0)
-    if t.dim() != 2:
-        raise invalid(f"`prompt_embeds` must be a 2D tensor of shape (num_tokens, hidden_size); got shape {tuple(t.shape)}.", "prompt_embeds")
-    return t
 
 def tokenize_prompt(st:ServerState, text:str, add_special_tokens:bool, keep:int|None, side:str|None) -> tuple[list[int], bool]:
     "A text prompt's ids, and whether truncation cut them: refused on its length before tokenizing unless truncation asks for it."
@@ -922,7 +957,7 @@ def _chat_messages(messages:list[dict]) -> list[dict]:
     return res
 
 def render_chat(st:ServerState, messages:list[dict], chat_template:str|None, add_generation_prompt:bool, continue_final_message:bool,
-                tools:list[dict]|None, kwargs:dict|None, length_check:bool=True) -> list[int]:
+                tools:list[dict]|None, kwargs:dict|None, length_check:bool=True, add_special_tokens:bool=False) -> list[int]:
     "Chat messages as prompt ids, through the chat template; a conversation too long to fit is refused before rendering."
     if not messages: raise APIError("Cannot apply chat template to an empty conversation. Provide at least one message.")
     messages = _chat_messages(messages)
@@ -930,7 +965,7 @@ def render_chat(st:ServerState, messages:list[dict], chat_template:str|None, add
     kwargs = dict(kwargs or {})
     chat_template = chat_template if chat_template is not None else st.chat_template  # --chat-template, else the model's
     try: return apply_chat_template(st.tokenizer, messages, chat_template, add_generation_prompt, tools=tools,
-                                    continue_final_message=continue_final_message, **kwargs)
+                                    continue_final_message=continue_final_message, add_special_tokens=add_special_tokens, **kwargs)
     except APIError: raise
     except Exception as e: raise APIError(f"messages: could not apply the chat template: {e}", param="messages")
 
@@ -953,7 +988,7 @@ def prepare_chat(st:ServerState, req:ChatCompletionRequest):
     if req.reasoning_effort is not None:  # vLLM: the effort goes to the template, and thinking is on unless it is "none"
         kwargs.setdefault("reasoning_effort", req.reasoning_effort); kwargs.setdefault("enable_thinking", req.reasoning_effort != "none")
     ids = render_chat(st, req.messages, req.chat_template, req.add_generation_prompt, req.continue_final_message, tools,
-                      kwargs, length_check=keep is None)
+                      kwargs, length_check=keep is None, add_special_tokens=req.add_special_tokens)
     ids = truncate_ids(ids, keep, req.truncation_side)
     params.max_tokens = check_length(len(ids), max_tokens, st.max_model_len, "messages", field)
     prompt = {"prompt_token_ids": ids, "prompt": st.tokenizer.decode(ids)} | ({"cache_salt": req.cache_salt} if req.cache_salt is not None else {})
@@ -1118,7 +1153,7 @@ def _add_lora_routes(app:FastAPI, st:ServerState):
     lock = asyncio.Lock()
     logger.warning("LoRA dynamic loading & unloading is enabled in the API server. This should ONLY be used for local development!")
 
-    @app.post("/v1/load_lora_adapter")
+    @app.post("/v1/load_lora_adapter", dependencies=JSON_BODY)
     async def load_lora_adapter(req:LoadLoRAAdapterRequest):
         name, path = req.lora_name, req.lora_path
         async with lock:
@@ -1139,7 +1174,7 @@ def _add_lora_routes(app:FastAPI, st:ServerState):
             logger.info("Loaded new LoRA adapter: name '%s', path '%s'", name, path)
             return Response(f"Success: LoRA adapter '{name}' added successfully.", status_code=200)
 
-    @app.post("/v1/unload_lora_adapter")
+    @app.post("/v1/unload_lora_adapter", dependencies=JSON_BODY)
     async def unload_lora_adapter(req:UnloadLoRAAdapterRequest):
         name = req.lora_name
         async with lock:
@@ -1150,6 +1185,31 @@ def _add_lora_routes(app:FastAPI, st:ServerState):
             except Exception as e: logger.warning("litevllm: dropping LoRA adapter %s from the engine failed: %s", name, e)
             logger.info("Removed LoRA adapter: name '%s'", name)
             return Response(f"Success: LoRA adapter '{name}' removed successfully.", status_code=200)
+
+# %% ../nbs/16_server.ipynb #affcc212
+def add_exception_handlers(app:FastAPI):
+    "Every error a client can cause answered in OpenAI's shape: ours, pydantic's, Starlette's, the engine's, and the unforeseen (500)."
+    async def validation(request, exc): return JSONResponse(vllm_validation_error(exc), status_code=400)  # vLLM 0.32's shape
+    async def api_error(request, exc): return error_response(exc.message, exc.status, exc.type, exc.param)
+    async def http_error(request, exc):
+        return JSONResponse(http_error_body(exc.status_code, exc.detail), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+    async def dead(request, exc): return error_response(f"The engine is dead: {exc}", 500, "InternalServerError")
+    async def gen_error(request, exc):
+        status = getattr(exc, "status", 500)
+        return error_response(str(exc), status, _STATUS_TYPES[status])
+    async def gone(request, exc): return Response(status_code=499)
+    async def internal(request, exc): return error_response(sanitize_message(f"{type(exc).__name__}: {exc}"), 500, "InternalServerError")
+    for cls, handler in ((RequestValidationError, validation), (APIError, api_error), (StarletteHTTPException, http_error),
+                         (EngineDeadError, dead), (EngineGenerateError, gen_error), (ClientDisconnected, gone), (Exception, internal)):
+        app.add_exception_handler(cls, handler)
+
+# %% ../nbs/16_server.ipynb #1efcb8c8
+async def validate_json_request(raw:Request):
+    "vLLM's guard on a JSON route: a body of any other content type is refused before it is read."
+    if raw.headers.get("content-type", "").lower().split(";", 1)[0].strip() != "application/json":
+        raise RequestValidationError(["Unsupported Media Type: Only 'application/json' is allowed"])
+
+JSON_BODY = [Depends(validate_json_request)]
 
 # %% ../nbs/16_server.ipynb #5a879505
 def system_fingerprint(engine:AsyncLLM) -> str:
@@ -1200,28 +1260,7 @@ def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:s
     app = FastAPI(title="litevllm", version=litevllm.__version__)
     app.state.server = st
 
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request, exc):
-        return JSONResponse(vllm_validation_error(exc), status_code=400)  # vLLM 0.32's shape
-
-    @app.exception_handler(APIError)
-    async def _api_error(request, exc): return error_response(exc.message, exc.status, exc.type, exc.param)
-
-    @app.exception_handler(HTTPException)  # raised by a handler; FastAPI's own 404/405 for unknown routes keep {"detail": ...}
-    async def _http_error(request, exc):
-        return JSONResponse(http_error_body(exc.status_code, exc.detail), status_code=exc.status_code, headers=getattr(exc, "headers", None))
-
-    @app.exception_handler(EngineDeadError)
-    async def _dead(request, exc): return error_response(f"The engine is dead: {exc}", 500, "InternalServerError")
-
-    @app.exception_handler(EngineGenerateError)
-    async def _gen_error(request, exc):
-        status = getattr(exc, "status", 500)
-        return error_response(str(exc), status, _STATUS_TYPES[status])
-
-    @app.exception_handler(ClientDisconnected)
-    async def _gone(request, exc): return Response(status_code=499)
-
+    add_exception_handlers(app)
     if api_key: app.add_middleware(APIKeyMiddleware, api_key=api_key)
     app.add_middleware(ServerGuard, state=st)  # added last: outermost
     register_lora_modules(st, lora_modules or [])
@@ -1313,14 +1352,14 @@ def _add_routes(app:FastAPI, st:ServerState):
         if req.stream: return StreamingResponse(_tracked_stream(st, chat_stream(st, req, prompt, params, rid, model)), media_type="text/event-stream")
         async with tracked_load(st): return JSONResponse(await run_until_disconnect(raw, chat_full(st, req, prompt, params, rid, model)))
 
-    app.post("/v1/completions")(completions)
-    app.post("/v1/chat/completions")(chat_completions)
+    app.post("/v1/completions", dependencies=JSON_BODY)(completions)
+    app.post("/v1/chat/completions", dependencies=JSON_BODY)(chat_completions)
 
-    @app.post("/invocations")
+    @app.post("/invocations", dependencies=JSON_BODY)
     async def invocations(raw:Request):
         "vLLM's SageMaker route: the body is tried as a chat completion, then as a completion."
         try: body = await raw.json()
-        except ValueError as e: raise HTTPException(400, f"JSON decode error: {e}") from None
+        except (ValueError, RecursionError) as e: raise HTTPException(400, f"JSON decode error: {e}") from None  # RecursionError: deep nesting
         for kind, handler in ((ChatCompletionRequest, chat_completions), (CompletionRequest, completions)):  # vLLM's order
             try: req = kind.model_validate(body)
             except ValidationError as e:  # a body of the other kind: try the next; one of this kind with a bad field: its 400
@@ -1333,7 +1372,7 @@ def _add_routes(app:FastAPI, st:ServerState):
         @app.get("/tokenizer_info")
         async def get_tokenizer_info(): return tokenizer_info(st)
 
-    @app.post("/tokenize")
+    @app.post("/tokenize", dependencies=JSON_BODY)
     async def tokenize(req:TokenizeRequest):
         st.check_model(req.model)
         if (req.prompt is None) == (req.messages is None): raise APIError("give exactly one of prompt and messages", param="prompt")
@@ -1344,14 +1383,13 @@ def _add_routes(app:FastAPI, st:ServerState):
                 ids = st.tokenizer(req.prompt, add_special_tokens=True if req.add_special_tokens is None else req.add_special_tokens).input_ids
             else:
                 ids = render_chat(st, req.messages, req.chat_template, req.add_generation_prompt, req.continue_final_message, req.tools,
-                                  req.chat_template_kwargs, length_check=False)
-                if req.add_special_tokens: ids = st.tokenizer.build_inputs_with_special_tokens(ids)
+                                  req.chat_template_kwargs, length_check=False, add_special_tokens=bool(req.add_special_tokens))
             ids = truncate_ids(ids, keep)
             return ids, (st.tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None)
         ids, strs = await st.run_in_pool(work)
         return dict(count=len(ids), max_model_len=st.max_model_len, tokens=ids, token_strs=strs)
 
-    @app.post("/detokenize")
+    @app.post("/detokenize", dependencies=JSON_BODY)
     async def detokenize(req:DetokenizeRequest):
         st.check_model(req.model)
         ids = [t for t in req.tokens if t < st.vocab_size]  # vLLM decodes what it can: an unknown id adds nothing
