@@ -41,11 +41,13 @@ logger = logging.getLogger("litevllm")
 
 class AsyncLLM:
     "The online engine: an `LLMEngine` stepped by a background thread, async iterators of outputs in front."
-    def __init__(self, vllm_config:VllmConfig, log_stats:bool=True, served_model_name:str|None=None, multiprocess_mode:bool|None=None):
+    def __init__(self, vllm_config:VllmConfig, log_stats:bool=True, served_model_name:str|None=None, multiprocess_mode:bool|None=None,
+                 client_addresses:dict|None=None):  # one API server of several: the launcher's engine cores (see 16_server)
         self.vllm_config = vllm_config
-        mp = multiprocessing_enabled() if multiprocess_mode is None else multiprocess_mode
+        mp = (multiprocessing_enabled() if multiprocess_mode is None else multiprocess_mode) or client_addresses is not None
         # a failing step fails its requests, not the engine (engine_core's fault isolation)
-        self.engine = LLMEngine(vllm_config, multiprocess_mode=mp, isolate_failures=True, asyncio_mode=True)
+        self.engine = LLMEngine(vllm_config, multiprocess_mode=mp, isolate_failures=True, asyncio_mode=True,
+                                client_addresses=client_addresses)
         self.engine_core = self.engine.engine_core   # vLLM's name for the client
         self.tokenizer = self.engine.tokenizer
         self.max_model_len = vllm_config.max_model_len
@@ -67,7 +69,7 @@ class AsyncLLM:
     def from_engine_args(cls, engine_args:EngineArgs|None=None, log_stats:bool=True, served_model_name:str|None=None, **kwargs) -> AsyncLLM:
         "vLLM's constructor; `usage_context` picks vLLM's defaults for it (other vLLM-only keywords are accepted and ignored)."
         config = (engine_args or AsyncEngineArgs()).create_engine_config(kwargs.get("usage_context"))  # the server says 'openai_api_server'
-        return cls(config, log_stats, served_model_name, kwargs.get("multiprocess_mode"))
+        return cls(config, log_stats, served_model_name, kwargs.get("multiprocess_mode"), kwargs.get("client_addresses"))
 
     @property
     def errored(self) -> bool: return self.dead_error is not None

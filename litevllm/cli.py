@@ -130,7 +130,7 @@ _VLLM_WORKS = {  # why -> flags: litevllm has these
         --disable-uvicorn-access-log/b --enable-prompt-tokens-details/b --enable-force-include-usage/b
         --return-tokens-as-token-ids/b --enable-tokenizer-info-endpoint/b --enable-server-load-tracking/b
         --trust-request-chat-template/b --shutdown-timeout --enable-auto-tool-choice/b --exclude-tools-when-tool-choice-none/b
-        --tool-call-parser --chat-template""",
+        --tool-call-parser --chat-template --api-server-count|-asc""",
     'an engine flag of the same name (an `EngineArgs` field)': """
         --tokenizer --trust-remote-code/b --dtype --seed --max-model-len --enforce-eager/b --max-logprobs
         --enable-prompt-embeds/b --attention-backend --distributed-executor-backend --tensor-parallel-size|-tp
@@ -218,8 +218,8 @@ _VLLM_NOOP = {  # why -> flags: accepted, a warning at start says they do nothin
         --download-dir/s --hf-token/s? --safetensors-load-strategy/s:eager,lazy,prefetch,torchao
         --safetensors-prefetch-num-threads/i=8 --safetensors-prefetch-block-size/n=16777216
         --pt-load-map-location/s=cpu""",
-    'API server: litevllm runs one uvicorn server, with its defaults': """
-        --api-server-count|-asc/i --renderer-num-workers/i=1 --sse-keep-alive-interval/i=0
+    'API server: uvicorn with its defaults, one per API server process': """
+        --renderer-num-workers/i=1 --sse-keep-alive-interval/i=0
         --h11-max-incomplete-event-size/i=4194304 --h11-max-header-count/i=256 --enable-offline-docs/b=False""",
     "only with vLLM's Cohere / Anthropic endpoints or quantization: not here": """
         --cohere-is-reasoning-model/b=True --cohere-format/s=cmd4

@@ -20,7 +20,7 @@ logger = logging.getLogger("litevllm")
 
 # %% auto #0
 __all__ = ['logger', 'multiprocessing_enabled', 'EngineCoreClient', 'InprocClient', 'MPClient', 'SyncMPClient', 'AsyncMPClient',
-           'ProcEngineManager', 'RayEngineManager']
+           'ProcEngineManager', 'ExternalEngineManager', 'RayEngineManager']
 
 # %% ../nbs/10b_core_client.ipynb #f85877e5
 def multiprocessing_enabled() -> bool:
@@ -32,12 +32,13 @@ def multiprocessing_enabled() -> bool:
 class EngineCoreClient:
     "The front end's handle on the engine core (vLLM's interface)."
     @staticmethod
-    def make_client(vllm_config:VllmConfig, multiprocess_mode:bool, asyncio_mode:bool=False, isolate_failures:bool=False) -> EngineCoreClient:
+    def make_client(vllm_config:VllmConfig, multiprocess_mode:bool, asyncio_mode:bool=False, isolate_failures:bool=False,
+                    client_addresses:dict|None=None) -> EngineCoreClient:  # engine cores started elsewhere (see MPClient)
         if not multiprocess_mode:
             if vllm_config.parallel_config.data_parallel_size > 1:
                 raise ValueError("data_parallel_size > 1 needs the engine cores in processes of their own (VLLM_ENABLE_V1_MULTIPROCESSING=1)")
             return InprocClient(vllm_config, isolate_failures)
-        return (AsyncMPClient if asyncio_mode else SyncMPClient)(vllm_config, isolate_failures or asyncio_mode)
+        return (AsyncMPClient if asyncio_mode else SyncMPClient)(vllm_config, isolate_failures or asyncio_mode, client_addresses)
 
     multiprocess: bool = False
     isolate_failures: bool = False  # a failing step fails its requests only (see engine_core)
@@ -73,7 +74,8 @@ _HELLO_TIMEOUT_S = float(os.environ.get("LITEVLLM_ENGINE_START_TIMEOUT", 600))
 class MPClient(EngineCoreClient):
     "Engine-core processes behind a ROUTER (requests out) and a PULL (outputs in) socket."
     multiprocess = True
-    def __init__(self, vllm_config:VllmConfig, isolate_failures:bool=False):
+    def __init__(self, vllm_config:VllmConfig, isolate_failures:bool=False,
+                 client_addresses:dict|None=None):  # {input_address, output_address}: bind there, the engine cores are someone else's
         pc = vllm_config.parallel_config
         self.vllm_config, self.num_engines, self.isolate_failures = vllm_config, pc.data_parallel_size, isolate_failures
         self.ctx = zmq.Context()
@@ -93,7 +95,7 @@ class MPClient(EngineCoreClient):
             self._sockets += [self.input_socket, self.output_socket]
             self.input_socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a message to an engine that is not there raises
             for s in (self.input_socket, self.output_socket): s.setsockopt(zmq.LINGER, 0)
-            self.input_address, self.output_address = self._bind(pc.data_parallel_backend)
+            self.input_address, self.output_address = self._bind(pc.data_parallel_backend, client_addresses)
             self.wake_recv, self.wake_send = self.ctx.socket(zmq.PAIR), self.ctx.socket(zmq.PAIR)  # lets another thread end a wait
             self._sockets += [self.wake_recv, self.wake_send]
             addr = f"inproc://wake-{uuid.uuid4().hex}"
@@ -101,14 +103,18 @@ class MPClient(EngineCoreClient):
             self.wake_lock = threading.Lock()
             self.poller = zmq.Poller()
             self.poller.register(self.output_socket, zmq.POLLIN); self.poller.register(self.wake_recv, zmq.POLLIN)
-            self.engine_manager = (RayEngineManager if pc.data_parallel_backend == "ray" else ProcEngineManager)(
+            self.engine_manager = ExternalEngineManager() if client_addresses else (RayEngineManager if pc.data_parallel_backend == "ray" else ProcEngineManager)(
                 vllm_config, self.num_engines, self.input_address, self.output_address, isolate_failures)
             self._managers.append(self.engine_manager)
             self.hellos = self._wait_for_hellos()
+            if client_addresses: self.engine_manager.pids = [h.pid for h in self.hellos]
         except BaseException: self.shutdown(); raise
         self.num_blocks = min(h.num_blocks for h in self.hellos)
 
-    def _bind(self, backend:str) -> tuple[str, str]:
+    def _bind(self, backend:str, given:dict|None=None) -> tuple[str, str]:
+        if given:  # an API server of several: the launcher chose the addresses its engine cores connect to
+            self.input_socket.bind(given["input_address"]); self.output_socket.bind(given["output_address"])
+            return given["input_address"], given["output_address"]
         if backend == "ray":  # engines on other nodes connect over TCP to this node's address (the one Ray knows it by)
             host = _init_ray().util.get_node_ip_address()
             in_port, out_port = (s.bind_to_random_port("tcp://*") for s in (self.input_socket, self.output_socket))
@@ -246,7 +252,8 @@ class SyncMPClient(MPClient):
 
 class AsyncMPClient(MPClient):
     "Engine-core processes for `AsyncLLM`: failures isolated; `*_async` methods run the blocking ones in a thread."
-    def __init__(self, vllm_config:VllmConfig, isolate_failures:bool=True): super().__init__(vllm_config, isolate_failures)
+    def __init__(self, vllm_config:VllmConfig, isolate_failures:bool=True, client_addresses:dict|None=None):
+        super().__init__(vllm_config, isolate_failures, client_addresses)
     async def get_output_async(self, timeout:float|None=None): return await asyncio.to_thread(self.get_output, timeout)
     async def add_request_async(self, req:EngineCoreRequest): self.add_request(req)
     async def abort_requests_async(self, request_ids:list[str]): self.abort_requests(request_ids)
@@ -290,6 +297,18 @@ class ProcEngineManager:
         for p in self.procs:
             if p.is_alive(): p.kill(); p.join(2)
         for d in self._death: d.close()
+
+# %% ../nbs/10b_core_client.ipynb #6f05038b
+class ExternalEngineManager:
+    "Engine cores another process started and stops: this client only watches their pids."
+    def __init__(self): self.pids: list[int] = []
+    def why_dead(self) -> str|None:
+        for i, pid in enumerate(self.pids):
+            try: os.kill(pid, 0)
+            except ProcessLookupError: return f"engine core {i} (pid {pid}) is gone"
+            except PermissionError: pass  # alive, someone else's
+        return None
+    def shutdown(self, timeout:float=5.0): pass
 
 # %% ../nbs/10b_core_client.ipynb #2c85ef87
 _RAY_ENV_PREFIXES = ("VLLM_", "LITEVLLM_", "HF_", "TRITON_")  # what the actors take from this process's environment

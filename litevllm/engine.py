@@ -29,10 +29,11 @@ __all__ = ['logger', 'LLMEngine']
 # %% ../nbs/11_engine.ipynb #cb174c93
 class LLMEngine:
     "Tokenize, run the engine core (through a client), detokenize: vLLM's offline engine."
-    def __init__(self, vllm_config:VllmConfig, multiprocess_mode:bool=False, isolate_failures:bool=False, asyncio_mode:bool=False):
+    def __init__(self, vllm_config:VllmConfig, multiprocess_mode:bool=False, isolate_failures:bool=False, asyncio_mode:bool=False,
+                 client_addresses:dict|None=None):  # attach to engine cores a launcher started (one API server of several)
         self.vllm_config = vllm_config
         # the engine core first: a process of its own can still be forked (the tokenizer's threads not yet started)
-        self.engine_core = EngineCoreClient.make_client(vllm_config, multiprocess_mode, asyncio_mode, isolate_failures)
+        self.engine_core = EngineCoreClient.make_client(vllm_config, multiprocess_mode, asyncio_mode, isolate_failures, client_addresses)
         self.tokenizer = get_tokenizer(vllm_config.tokenizer or vllm_config.model_path)
         self.input_processor = InputProcessor(vllm_config, self.tokenizer)
         self.output_processor = OutputProcessor(self.tokenizer)

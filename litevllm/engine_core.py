@@ -189,17 +189,16 @@ class EngineCoreHello(msgspec.Struct, omit_defaults=True):
 
 # %% ../nbs/10a_engine_core.ipynb #7106cadb
 class EngineCoreProc(EngineCore):
-    "An `EngineCore` fed by a request socket, answering on an output socket, in a busy loop."
-    def __init__(self, vllm_config:VllmConfig, input_address:str, output_address:str, engine_index:int=0, isolate_failures:bool=False):
+    "An `EngineCore` fed by request sockets, answering on output sockets (a pair per front end), in a busy loop."
+    def __init__(self, vllm_config:VllmConfig,
+                 input_address:str|list[str], output_address:str|list[str],  # one address each, or one per front end (API server)
+                 engine_index:int=0, isolate_failures:bool=False):
         self.engine_index = engine_index
         self.zmq_ctx = zmq.Context()
-        self.input_socket = self.zmq_ctx.socket(zmq.DEALER)
-        self.input_socket.setsockopt(zmq.IDENTITY, engine_index.to_bytes(2, "little"))
-        self.input_socket.setsockopt(zmq.LINGER, 2000)
-        self.input_socket.connect(input_address)
-        self.output_socket = self.zmq_ctx.socket(zmq.PUSH)
-        self.output_socket.setsockopt(zmq.LINGER, 2000)
-        self.output_socket.connect(output_address)
+        as_list = lambda a: [a] if isinstance(a, str) else list(a)
+        self.input_sockets = [self._connect(zmq.DEALER, a) for a in as_list(input_address)]
+        self.output_sockets = [self._connect(zmq.PUSH, a) for a in as_list(output_address)]
+        self.req_client: dict[str, int] = {}  # with several front ends: request id -> the one that sent it (vLLM's client_index)
         self.encoder = MsgpackEncoder()
         self.decoders = {EngineCoreRequestType.ADD: MsgpackDecoder(AddPayload), EngineCoreRequestType.ABORT: MsgpackDecoder(AbortPayload),
                          EngineCoreRequestType.UTILITY: MsgpackDecoder(UtilityPayload)}
@@ -211,46 +210,73 @@ class EngineCoreProc(EngineCore):
         self.isolate_failures = isolate_failures
         self._say_hello()
 
+    def _connect(self, kind:int, address:str) -> zmq.Socket:
+        s = self.zmq_ctx.socket(kind)
+        if kind == zmq.DEALER: s.setsockopt(zmq.IDENTITY, self.engine_index.to_bytes(2, "little"))  # the front end's ROUTER addresses it so
+        s.setsockopt(zmq.LINGER, 2000)
+        s.connect(address)
+        return s
+
     def _say_hello(self, error:str|None=None):
         n = None if error else self.num_blocks()
-        self.input_socket.send(self.encoder.encode(EngineCoreHello(self.engine_index, os.getpid(), n, error)))
+        for s in self.input_sockets: s.send(self.encoder.encode(EngineCoreHello(self.engine_index, os.getpid(), n, error)))
 
 # %% ../nbs/10a_engine_core.ipynb #38cbc398
 @patch
 def run_busy_loop(self:EngineCoreProc):
     "Take what came in, step if there is work, send the outputs; sleep in `poll` when idle."
-    poller = zmq.Poller()
-    poller.register(self.input_socket, zmq.POLLIN)
+    poller, client_of = zmq.Poller(), {s: i for i, s in enumerate(self.input_sockets)}
+    for s in self.input_sockets: poller.register(s, zmq.POLLIN)
     while True:
         busy = self.scheduler.has_unfinished_requests()
         changed = False
-        if poller.poll(0 if busy else 1000):
+        for sock, _ in poller.poll(0 if busy else 1000):
             while True:
-                try: kind, payload = self.input_socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                try: kind, payload = sock.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again: break
                 kind = EngineCoreRequestType(bytes(kind.buffer))
-                self._handle_client_request(kind, payload.buffer)
+                self._handle_client_request(kind, payload.buffer, client_of[sock])
                 changed |= kind != EngineCoreRequestType.UTILITY
-        if self.scheduler.has_unfinished_requests():
-            self.output_socket.send(self.encoder.encode(self.step_outputs(self.engine_index)), copy=False)
+        if self.scheduler.has_unfinished_requests(): self._send_outputs(self.step_outputs(self.engine_index))
         elif changed:  # aborted or failed while idle: no step will say so, this message does (stats, free blocks, failures)
-            self.output_socket.send(self.encoder.encode(EngineCoreOutputs(engine_index=self.engine_index, timestamp=time.time(),
-                scheduler_stats=self.scheduler.make_stats(), num_free_blocks=self.num_free_blocks(), failed_requests=self.take_failed_requests())))
+            self._send_outputs(EngineCoreOutputs(engine_index=self.engine_index, timestamp=time.time(), scheduler_stats=self.scheduler.make_stats(),
+                                                 num_free_blocks=self.num_free_blocks(), failed_requests=self.take_failed_requests()))
 
 @patch
-def _handle_client_request(self:EngineCoreProc, kind:EngineCoreRequestType, payload):
+def _handle_client_request(self:EngineCoreProc, kind:EngineCoreRequestType, payload, client:int=0):
     msg = self.decoders[kind].decode(payload)
     if kind == EngineCoreRequestType.ADD:
         req, bad_words = msg
         req.sampling_params._bad_words_token_ids = bad_words
+        if len(self.output_sockets) > 1: self.req_client[req.request_id] = client
         try: self.add_request(req)
         except Exception as e: self.failed_requests[req.request_id] = f"{type(e).__name__}: {e}"
-    elif kind == EngineCoreRequestType.ABORT: self.finish_requests(msg[0], RequestStatus(msg[1]))
+    elif kind == EngineCoreRequestType.ABORT:
+        self.finish_requests(msg[0], RequestStatus(msg[1]))
+        for rid in msg[0]: self.req_client.pop(rid, None)
     else:
         call_id, method, args = msg
         try: out = UtilityOutput(call_id, result=getattr(self, method)(*args)) if not method.startswith("_") else UtilityOutput(call_id, f"no utility {method!r}")
         except Exception as e: out = UtilityOutput(call_id, f"{type(e).__name__}: {e}")
-        self.output_socket.send(self.encoder.encode(EngineCoreOutputs(engine_index=self.engine_index, utility_output=out)))
+        self.output_sockets[client].send(self.encoder.encode(EngineCoreOutputs(engine_index=self.engine_index, utility_output=out)))
+
+# %% ../nbs/10a_engine_core.ipynb #2bf85d80
+@patch
+def _send_outputs(self:EngineCoreProc, outs:EngineCoreOutputs):
+    "One step's outputs to the front ends: to each its own requests', to every one the step's stats."
+    if len(self.output_sockets) == 1: return self.output_sockets[0].send(self.encoder.encode(outs), copy=False)
+    owner = self.req_client
+    for c, sock in enumerate(self.output_sockets):
+        mine = lambda rid: owner.get(rid, 0) == c
+        part = msgspec.structs.replace(outs, outputs=[o for o in outs.outputs if mine(o.request_id)], new_request_ids=[r for r in outs.new_request_ids if mine(r)],
+                                       failed_requests={r: why for r, why in outs.failed_requests.items() if mine(r)})
+        sock.send(self.encoder.encode(part), copy=False)
+    for rid in [o.request_id for o in outs.outputs if o.finish_reason is not None] + list(outs.failed_requests): owner.pop(rid, None)
+
+@patch
+def _send_last_words(self:EngineCoreProc, why:str):
+    "The engine core is failing: every front end hears why."
+    for s in self.output_sockets: s.send(self.encoder.encode(EngineCoreOutputs(engine_index=self.engine_index, engine_dead=why)))
 
 # %% ../nbs/10a_engine_core.ipynb #1c74f848
 def _watch_parent(death_pipe):
@@ -260,7 +286,7 @@ def _watch_parent(death_pipe):
 
 def _exit_on_sigterm(*_): raise SystemExit(0)
 
-def run_engine_core(vllm_config:VllmConfig, input_address:str, output_address:str, engine_index:int=0,
+def run_engine_core(vllm_config:VllmConfig, input_address:str|list[str], output_address:str|list[str], engine_index:int=0,
                     isolate_failures:bool=False, death_pipe=None, environ:dict|None=None):
     "The main function of an engine-core process."
     # started daemonic (its parent terminates it at exit rather than wait for it); but it starts worker processes of its
@@ -280,8 +306,7 @@ def run_engine_core(vllm_config:VllmConfig, input_address:str, output_address:st
     except BaseException as e:
         logger.exception("litevllm: engine core %d failed", engine_index)
         code = 1
-        if proc is not None:  # its last words (a failed start said so in its hello)
-            proc.output_socket.send(proc.encoder.encode(EngineCoreOutputs(engine_index=engine_index, engine_dead=f"{type(e).__name__}: {e}")))
+        if proc is not None: proc._send_last_words(f"{type(e).__name__}: {e}")  # (a failed start said so in its hello)
     finally:
         if proc is not None:
             try: proc.shutdown()

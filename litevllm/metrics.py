@@ -6,7 +6,7 @@ Docs: https://litevllm.github.io/litevllm/metrics.html.md"""
 
 # %% ../nbs/13_metrics.ipynb #c9a8c89d
 from __future__ import annotations
-import logging, time
+import logging, os, time
 from types import SimpleNamespace
 from dataclasses import dataclass, field
 import prometheus_client as prom
@@ -265,7 +265,12 @@ def record_admission_rejection(self:PrometheusStatLogger, reason:str):
 
 @patch
 def render(self:PrometheusStatLogger) -> bytes:
-    "The Prometheus text exposition of every metric."
+    "The Prometheus text exposition of every metric; with several API servers, all of theirs merged (vLLM's multiprocess mode)."
+    if d := os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # set by `serve --api-server-count N` for its API servers (16_server)
+        from prometheus_client import multiprocess
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged, path=d)
+        return generate_latest(merged)
     return generate_latest(self.registry)
 
 # %% ../nbs/13_metrics.ipynb #a340951c

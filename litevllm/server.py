@@ -6,7 +6,7 @@ Docs: https://litevllm.github.io/litevllm/server.html.md"""
 
 # %% ../nbs/16_server.ipynb #8f62a838
 from __future__ import annotations
-import argparse, asyncio, base64, contextlib, dataclasses, hashlib, io, json, logging, math, os, re, secrets, signal, sys, threading, time, uuid
+import argparse, asyncio, base64, contextlib, dataclasses, hashlib, io, json, logging, math, os, re, secrets, shutil, signal, socket, sys, tempfile, threading, time, uuid
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from fastcore.basics import patch
@@ -54,7 +54,7 @@ __all__ = ['logger', 'TokenId', 'SSE_DONE', 'JSON_BODY', 'SERVER_EXTENSIONS', 'A
            'lora_card', 'register_lora_modules', 'LoadLoRAAdapterRequest', 'UnloadLoRAAdapterRequest',
            'add_exception_handlers', 'validate_json_request', 'system_fingerprint', 'resolve_parsers',
            'load_chat_template', 'build_app', 'model_card', 'tokenizer_info', 'tracked_load', 'threading_main',
-           'cmd_serve', 'add_cli', 'ServerShuttingDown']
+           'cmd_serve', 'serve_engine', 'add_cli', 'ServerShuttingDown', 'run_api_servers']
 
 # %% ../nbs/16_server.ipynb #f462d722
 logger = logging.getLogger("litevllm.server")
@@ -799,8 +799,6 @@ def check_embeds_shape(t, hidden:int, max_rows:int) -> tuple[int, int]:
     if shape[1] != hidden: raise invalid(f"`prompt_embeds` hidden_size {shape[1]} does not match the model's hidden_size {hidden}.", "prompt_embeds")
     if shape[0] > max_rows:
         raise invalid(f"The decoder prompt (length {shape[0]}) is longer than the maximum model length of {max_rows}.", "prompt_embeds")
-    if not t.dtype.is_floating_point:
-        raise invalid(f"`prompt_embeds` dtype {t.dtype} is not a floating-point type.", "prompt_embeds")
     if (nbytes := t.numel() * t.element_size()) > (limit := max_embed_decode_bytes()):
         raise invalid(f"`prompt_embeds` declares shape {tuple(t.shape)}, which would allocate {nbytes} bytes once densified, exceeding "
                       f"the {limit} byte limit. Set VLLM_MAX_EMBED_DECODE_BYTES to increase this limit.", "prompt_embeds", nbytes)
@@ -1421,20 +1419,25 @@ def cmd_serve(ns) -> int:
     kw = engine_kwargs(ns)
     check_engine_kwargs(model, kw)  # a bad --speculative-config names its field
     names = ns.served_model_name or default_served_names(model)
+    if ns.api_server_count > 1: return run_api_servers(ns, model, kw, names)  # several API processes over the engine cores (below)
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **kw), served_model_name=names[0],
                                       usage_context="openai_api_server")  # vLLM's server defaults (the step budget on CPU)
+    logger.info("litevllm: serving %s on http://%s:%d", names[0], ns.host, ns.port)
+    serve_engine(ns, engine, names)
+    logger.info("litevllm: server stopped")
+    return 0
+
+def serve_engine(ns, engine:AsyncLLM, names:list[str], sockets:list|None=None):
+    "The app over `engine`, run by uvicorn with our drain until it stops (on `sockets` if given: a port API servers share)."
     limits = ServerLimits(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerLimits)})
     options = ServerOptions(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerOptions)})
     app = build_app(engine, names, ns.api_key or os.environ.get("VLLM_API_KEY"), limits, options=options, lora_modules=ns.lora_modules)
     config = uvicorn.Config(app, host=ns.host, port=ns.port, log_level=ns.uvicorn_log_level, access_log=not ns.disable_uvicorn_access_log,
                             timeout_graceful_shutdown=5, timeout_keep_alive=5)  # after our drain: only idle connections are left
-    logger.info("litevllm: serving %s on http://%s:%d", names[0], ns.host, ns.port)
     server = _Server(config)
     server.drain_state, server.shutdown_timeout = app.state.server, ns.shutdown_timeout
-    try: server.run()
+    try: server.run(sockets=sockets)
     finally: engine.shutdown()
-    logger.info("litevllm: server stopped")
-    return 0
 
 def add_cli(subparsers):
     "Register `litevllm serve`."
@@ -1454,6 +1457,8 @@ def add_cli(subparsers):
         else: p.add_argument("--" + f.name.replace("_", "-"), default=None, help=f"vLLM's {f.name}")
     add_limit_args(p)
     p.add_argument("--shutdown-timeout", type=float, default=10.0, help="seconds in-flight requests get to finish on SIGTERM")
+    p.add_argument("--api-server-count", "-asc", type=_positive_int, default=1,
+                   help="API server processes sharing the port and the engine core(s) (vLLM's; metrics merged across them)")
     add_engine_args(p)
     add_vllm_noop_args(p)
     p.set_defaults(func=cmd_serve)
@@ -1490,3 +1495,61 @@ async def drain(self:_Server):
         deadline = time.monotonic() + 5  # their handlers send the error (and [DONE])
         while st.in_flight and time.monotonic() < deadline: await asyncio.sleep(0.05)
     self.should_exit = True
+
+# %% ../nbs/16_server.ipynb #b0e02839
+def _positive_int(s:str) -> int:
+    if (n := int(s)) < 1: raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+def _api_server_main(ns, model:str|None, kw:dict, names:list[str], addresses:dict, sock, death_pipe, environ:dict):
+    "One API server of several: attach to the launcher's engine cores, serve on the shared socket; exit with the launcher."
+    os.environ.update(environ)  # a forked or fork-server process may predate the launcher's PROMETHEUS_MULTIPROC_DIR
+    import prometheus_client.values as pv
+    pv.ValueClass = pv.get_value_class()  # so this process's metrics go to the shared files, whenever prometheus_client was imported
+    from .engine_core import _watch_parent
+    threading.Thread(target=_watch_parent, args=(death_pipe,), daemon=True).start()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(name)s: %(message)s")
+    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **kw), served_model_name=names[0], usage_context="openai_api_server",
+                                      client_addresses=addresses)
+    serve_engine(ns, engine, names, sockets=[sock])
+
+# %% ../nbs/16_server.ipynb #d3977809
+def run_api_servers(ns, model:str|None, kw:dict, names:list[str]) -> int:
+    "vLLM's `--api-server-count`: engine core(s) and N API server processes sharing one listening socket; 0 on a clean stop."
+    from .core_client import ProcEngineManager
+    from .executor import get_mp_context, start_process
+    n, config = ns.api_server_count, AsyncEngineArgs(model=model, **kw).create_engine_config("openai_api_server")
+    if config.parallel_config.data_parallel_backend == "ray": raise ValueError("--api-server-count > 1 needs --data-parallel-backend mp")
+    base = f"ipc://{tempfile.gettempdir()}/litevllm-api-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    addrs = [dict(input_address=f"{base}-{i}-in", output_address=f"{base}-{i}-out") for i in range(n)]
+    own_dir = not os.environ.get("PROMETHEUS_MULTIPROC_DIR")  # the user's own folder is kept, as vLLM keeps it
+    if own_dir: os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="litevllm-metrics-")
+    sock = socket.create_server((ns.host, ns.port))  # SO_REUSEADDR, as uvicorn binds
+    # a forked child would inherit the other children's death pipes (and keep them open): a fork server's children do not
+    if sys.platform == "linux": os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "forkserver")
+    ctx, stop, servers, deaths, code = get_mp_context(), threading.Event(), [], [], 0
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    engines = ProcEngineManager(config, config.parallel_config.data_parallel_size, [a["input_address"] for a in addrs],
+                                [a["output_address"] for a in addrs], True)
+    try:
+        for i, a in enumerate(addrs):
+            death_r, death_w = ctx.Pipe(duplex=False)
+            servers.append(start_process(ctx, _api_server_main, (ns, model, kw, names, a, sock, death_r, dict(os.environ)), f"litevllm-api-server-{i}"))
+            death_r.close(); deaths.append(death_w)
+        logger.info("litevllm: serving %s on http://%s:%d with %d API servers", names[0], ns.host, ns.port, n)
+        while not stop.wait(0.2):
+            if (why := engines.why_dead()) or (why := next((f"{p.name} exited with code {p.exitcode}" for p in servers if not p.is_alive()), None)):
+                logger.error("litevllm: %s: stopping", why); code = 1; break
+    finally:
+        for p in servers:
+            if p.is_alive(): p.terminate()  # SIGTERM: each drains (up to --shutdown-timeout)
+        for p in servers:
+            p.join(ns.shutdown_timeout + 15)
+            if p.is_alive(): p.kill(); p.join(2)
+        engines.shutdown()
+        for d in deaths: d.close()
+        sock.close()
+        if own_dir: shutil.rmtree(os.environ.pop("PROMETHEUS_MULTIPROC_DIR"), ignore_errors=True)
+        for s, h in old.items(): signal.signal(s, h)
+    logger.info("litevllm: servers stopped")
+    return code

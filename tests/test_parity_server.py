@@ -159,11 +159,12 @@ def test_tools_without_tool_parser(app):
 
 
 def test_error_shapes(app):
-    # vLLM 0.32 (recorded): unknown routes and wrong methods keep FastAPI's own body
+    # vLLM 0.32 (recorded) answers unknown routes and wrong methods with FastAPI's own {"detail": ...}; litevllm answers them
+    # in OpenAI's error shape, with the same status and words (issue 39: no client-reachable answer outside that shape)
     s, b = call(app, "GET", "/v1/nope")
-    assert (s, b) == (404, {"detail": "Not Found"})
+    assert (s, b) == (404, {"error": {"message": "Not Found", "type": "Not Found", "param": None, "code": 404}})
     s, b = call(app, "GET", "/v1/completions")
-    assert (s, b) == (405, {"detail": "Method Not Allowed"})
+    assert (s, b) == (405, {"error": {"message": "Method Not Allowed", "type": "Method Not Allowed", "param": None, "code": 405}})
     # vLLM's validation_exception_handler: "N validation error(s):" + one line per error, param = the location
     s, b = cmpl(app, max_tokens="ten")
     e = b["error"]
@@ -178,7 +179,7 @@ def test_error_shapes(app):
 
 def test_metrics_families(app):
     # vLLM 0.32's PrometheusStatLogger (v1/metrics/loggers.py): these families, labels model_name and engine,
-    # every finish reason (stop, length, abort, error) present from the start
+    # every finish reason (stop, length, abort, error, repetition) present from the start
     from litevllm.metrics import parse_metrics, metric_value
     cmpl(app, max_tokens=4, ignore_eos=True)
     call(app, "POST", "/v1/completions", dict(prompt=PROMPT, max_tokens=2, n=2, temperature=0.5, seed=0))
@@ -194,7 +195,7 @@ def test_metrics_families(app):
         assert metric_value(m, fam + "_count") >= 1, fam
     assert "vllm:prompt_tokens_cached_total" in text and "vllm:cache_config_info{" in text
     reasons = {k.split('finished_reason="')[1].split('"')[0] for k in m if k.startswith("vllm:request_success_total")}
-    assert reasons == {"stop", "length", "abort", "error"}
+    assert reasons == {"stop", "length", "abort", "error", "repetition"}
     assert all('engine="0"' in k and 'model_name="SmolLM2-135M-Instruct"' in k for k in m
                if k.startswith("vllm:") and "cache_config" not in k and "admission_rejections" not in k)
     # vLLM 0.32's newer families, with their extra label (every value from the start) and values that add up
