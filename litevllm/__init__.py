@@ -2,7 +2,7 @@
 __version__ = "0.0.1"
 
 import os as _os
-# LITEVLLM_CPU_ISA=avx2 (or avx512, generic) makes litevllm behave as on a narrower CPU (00b_config's `cpu_info`). torch's own
+# LITEVLLM_CPU_ISA=avx2 (or avx512, generic) makes litevllm behave as on a narrower CPU (00_platform's `cpu_info`). torch's own
 # kernels, oneDNN and MKL follow these variables, which they read on their first use: set here, before litevllm runs any
 # torch op (a value set by the user stays).
 _TORCH_ISA_ENV = {"avx2": ("avx2", "AVX2", "AVX2"), "avx512": ("avx512", "AVX512_CORE", "AVX512"), "generic": ("default", "SSE41", "SSE4_2")}

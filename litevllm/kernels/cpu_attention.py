@@ -4,261 +4,41 @@
 
 # %% ../../kernels_nbs/02_cpu_attention.ipynb #1b2dd63b
 from __future__ import annotations
-import ctypes, functools, hashlib, logging, os, random, shutil, subprocess, tempfile, time
+import ctypes, functools, hashlib, logging, os, random, re, shutil, subprocess, tempfile, time
+from importlib.resources import files
 from pathlib import Path
 import torch
-from ..config import cpu_info
+from ..platforms import cpu_info
 
 # %% auto #0
-__all__ = ['CPU_VECTOR_SRC', 'CPU_ATTENTION_SRC', 'CPU_ATTENTION_HEAD_DIMS', 'CPU_ATTENTION_BLOCK_SIZE', 'logger',
+__all__ = ['CSRC', 'CPU_ATTENTION_HEAD_DIMS', 'CPU_ATTENTION_BLOCK_SIZE', 'logger', 'CppSource', 'cpp_sections', 'show_source',
            'build_cpu_library', 'load_cpu_attention', 'cpu_kv_cache_shapes', 'to_cpu_layout', 'store_kv_cache_ref',
            'store_kv_cache', 'cpu_paged_attention', 'bench_cpu_attention']
 
-# %% ../../kernels_nbs/02_cpu_attention.ipynb #a2613e76
-CPU_VECTOR_SRC = r'''
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
+# %% ../../kernels_nbs/02_cpu_attention.ipynb #f49c4699
+CSRC = Path(str(files("litevllm.kernels")))/"csrc"  # the C++ sources, shipped as package data
 
-// One vector register's worth of floats: 16 on AVX-512, 8 on AVX2, 4 elsewhere (SSE, NEON). Wider GCC vectors than the
-// target's registers compile to code that keeps arrays of them on the stack (an AVX2 build of a 16-float version ran
-// prefill attention 16x slower than AVX-512), so every loop below steps by VW.
-#if defined(__AVX512F__)
-#define VW 16
-#elif defined(__AVX2__)
-#define VW 8
-#else
-#define VW 4
-#endif
-typedef uint16_t bf16;                                 // bfloat16 bits: the high half of a float32
-typedef float vf __attribute__((vector_size(VW * 4)));  // VW floats
-typedef uint16_t vh __attribute__((vector_size(VW * 2)));
-typedef uint32_t vu __attribute__((vector_size(VW * 4)));
-typedef int32_t vi __attribute__((vector_size(VW * 4)));
+class CppSource(str):
+    "C++ source text, which a notebook shows as a highlighted code block."
+    def _repr_markdown_(self): return f"```cpp\n{self}\n```"
 
-static inline vf loadv(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
-static inline vf loadv(const bf16* p) {  // VW bf16 -> VW float32: widen, shift into the high half
-#if defined(__AVX512F__)  // one widening load (the generic code below compiles to two halves)
-  return (vf)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
-#elif defined(__AVX2__)
-  return (vf)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
-#else
-  vh h; std::memcpy(&h, p, sizeof h);
-  vu u = __builtin_convertvector(h, vu) << 16; vf f; std::memcpy(&f, &u, sizeof f); return f;
-#endif
-}
-static inline float to_f32(float x) { return x; }
-static inline float to_f32(bf16 x) { uint32_t u = uint32_t(x) << 16; float f; std::memcpy(&f, &u, 4); return f; }
-static inline void store(float f, float* dst) { *dst = f; }
-static inline void store(float f, bf16* dst) {  // round to nearest even, as torch does
-  uint32_t u; std::memcpy(&u, &f, 4); *dst = bf16((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
+def cpp_sections(file:str) -> dict[str, CppSource]:
+    "The sections of `CSRC/file` by name, in order: the lines after each `// @section NAME` line, up to the next one."
+    sections, name = {}, None
+    for line in (CSRC/file).read_text().splitlines():
+        if m := re.fullmatch(r"// @section (\S+)", line): name = m[1]; sections[name] = []
+        elif name: sections[name].append(line)
+    return {k: CppSource("\n".join(v).strip("\n")) for k, v in sections.items()}
 
-// e^x for VW floats, inline (a call to libm's vector exp makes the compiler spill every live register around it):
-// e^x = 2^n e^r, n = round(x / ln 2), |r| <= ln 2 / 2, e^r by its Taylor polynomial to degree 6 (relative error ~2e-7)
-static inline vf expv(vf x) {
-  x = x < -87.f ? -87.f : x; x = x > 88.f ? 88.f : x;                         // e^-87 ~ 1.6e-38, e^88 ~ 1.7e38: float32's ends
-  const vi ni = __builtin_convertvector(x * 1.44269504f + 126.5f, vi) - 126;  // round(x / ln 2) (the sum is > 0)
-  const vf n = __builtin_convertvector(ni, vf);
-  const vf r = (x - n * 0.693359375f) + n * 2.12194440e-4f;                  // x - n ln 2, ln 2 split in two
-  vf p = r * (1.f / 720) + 1.f / 120;
-  p = p * r + 1.f / 24; p = p * r + 1.f / 6; p = p * r + 0.5f; p = p * r + 1.f; p = p * r + 1.f;
-  const vi e = (ni + 127) << 23; vf two_n; std::memcpy(&two_n, &e, sizeof two_n);
-  return p * two_n;
-}
-static inline float hmax(vf v) {
-#if defined(__AVX512F__)
-  return _mm512_reduce_max_ps((__m512)v);
-#else
-  float m = v[0]; for (int j = 1; j < VW; j++) m = std::max(m, v[j]); return m;
-#endif
-}
-static inline float hsum(vf v) {
-#if defined(__AVX512F__)
-  return _mm512_reduce_add_ps((__m512)v);
-#else
-  float m = 0.f; for (int j = 0; j < VW; j++) m += v[j]; return m;
-#endif
-}
-'''  # register-wide vectors, bf16 loads, expv, max and sum: the layer ops (03) use them too
+def show_source(file:str, section:str) -> CppSource:
+    "One section of a C++ source of `CSRC`, to show beside its explanation."
+    return cpp_sections(file)[section]
 
-CPU_ATTENTION_SRC = CPU_VECTOR_SRC + r'''
-#include <vector>
+# %% ../../kernels_nbs/02_cpu_attention.ipynb #487e94c0
+CPU_ATTENTION_HEAD_DIMS = (16, 32, 64, 80, 96, 128, 256)  # the head dims `dispatch` instantiates
+CPU_ATTENTION_BLOCK_SIZE = 16                               # keys per block (`BS`): one vector of 16 floats
 
-constexpr int BS = 16;        // keys per block
-constexpr int NB = BS / VW;   // vectors per row of a block's keys: 1 on AVX-512, 2 on AVX2, 4 elsewhere
-constexpr int MAX_ROWS = 64;  // query rows per work item: query tokens x the query heads of one kv head
-constexpr int AHEAD = 4;  // blocks prefetched ahead of the one being read
-#if defined(__AVX512F__) || defined(__aarch64__)
-constexpr int VREGS = 32;     // vector registers: zmm (AVX-512), NEON
-#else
-constexpr int VREGS = 16;     // ymm (AVX2), xmm (SSE)
-#endif
-template <typename T>  // ask for one block's K and V (of kv head h) to be brought into the L2 cache (locality 1)
-static inline void prefetch_block(const T* kc, const T* vc, int64_t blk, int Hkv, int h, int D) {
-  const char* k = (const char*)(kc + (blk * Hkv + h) * D * BS);
-  const char* v = (const char*)(vc + (blk * Hkv + h) * BS * D);
-  for (int i = 0; i < int(D * BS * sizeof(T)); i += 64) { __builtin_prefetch(k + i, 0, 1); __builtin_prefetch(v + i, 0, 1); }
-}
-
-// One work item: R query rows (query tokens i0..i0+nq of one request x the G query heads of kv head h) against the
-// request's keys, one block at a time. Row r is token i0 + r / G, head h * G + r % G; it sees keys 0..pos[r].
-template <typename T, int D, int RT>  // RT: rows per tile
-static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out, const int32_t* table, int first_pos, int i0,
-                        int nq, int G, int H, int Hkv, int h, float scale) {
-  constexpr int C = D / VW;  // vectors per row of head_dim
-  const int R = nq * G, Rp = (R + RT - 1) / RT * RT, n_keys = first_pos + nq;
-  alignas(64) float Q[MAX_ROWS + RT][D];
-  alignas(64) vf acc[MAX_ROWS + RT][C];
-  float m[MAX_ROWS + RT], l[MAX_ROWS + RT];
-  int pos[MAX_ROWS + RT];
-  for (int r = 0; r < Rp; r++) {
-    const int rr = std::min(r, R - 1);  // padding rows repeat the last row and are not written out
-    const T* qr = q + int64_t(i0 + rr / G) * qs + (h * G + rr % G) * D;  // qs: q's row stride
-    for (int d = 0; d < D; d++) Q[r][d] = to_f32(qr[d]) * scale;
-    for (int c = 0; c < C; c++) acc[r][c] = vf{};
-    m[r] = -1e30f; l[r] = 0.f; pos[r] = first_pos + rr / G;
-  }
-  vf iota[NB]; for (int j = 0; j < BS; j++) iota[j / VW][j % VW] = j;
-  for (int k = 0; k < AHEAD && k * BS < n_keys; k++) prefetch_block(kc, vc, table[k], Hkv, h, D);
-  for (int k0 = 0; k0 < n_keys; k0 += BS) {
-    if (k0 + AHEAD * BS < n_keys) prefetch_block(kc, vc, table[k0 / BS + AHEAD], Hkv, h, D);
-    const int64_t blk = table[k0 / BS];
-    const T* Kb = kc + (blk * Hkv + h) * D * BS;  // K transposed: [D][BS]
-    const T* Vb = vc + (blk * Hkv + h) * BS * D;  // V: [BS][D]
-    for (int r0 = 0; r0 < Rp; r0 += RT) {
-      if (pos[r0 + RT - 1] < k0) continue;  // causal: no row of the tile sees this block
-      // partial sums per row and vector of keys: RT * NB * NA >= 8 chains of FMAs in flight, within the registers
-      constexpr int NA = VREGS >= 32 ? (RT >= 4 ? 2 : RT == 1 ? 8 : 4) : std::max(1, 8 / (RT * NB));
-      vf s[RT][NB], sa[RT][NB][NA];          // scores of the tile's rows for the block's 16 keys, NB vectors each
-      for (int t = 0; t < RT; t++) for (int b = 0; b < NB; b++) for (int a = 0; a < NA; a++) sa[t][b][a] = vf{};
-      for (int d = 0; d < D; d += NA)
-        for (int a = 0; a < NA; a++)
-          for (int b = 0; b < NB; b++) {
-            const vf kd = loadv(Kb + (d + a) * BS + b * VW);
-            for (int t = 0; t < RT; t++) sa[t][b][a] += Q[r0 + t][d + a] * kd;
-          }
-      for (int t = 0; t < RT; t++) for (int b = 0; b < NB; b++) { s[t][b] = sa[t][b][0]; for (int a = 1; a < NA; a++) s[t][b] += sa[t][b][a]; }
-      alignas(64) float pj[RT][BS];         // softmax weights (relative to each row's running max)
-      vf dm = vf{};                         // each row's change of max (RT <= 4 <= VW lanes)
-      float corr[RT], sums[RT];             // what was summed under the old max is rescaled by corr; the block's sums
-      for (int t = 0; t < RT; t++) {
-        const int r = r0 + t, lim = std::min(BS, pos[r] + 1 - k0);  // keys of this block that row r sees
-        float mx = m[r];
-        for (int b = 0; b < NB; b++) mx = std::max(mx, hmax(iota[b] < float(lim) ? s[t][b] : -1e30f));  // keys past pos[r]: out
-        vf sum = vf{};
-        for (int b = 0; b < NB; b++) {
-          const vf p = iota[b] < float(lim) ? expv(s[t][b] - mx) : vf{};
-          sum += p; std::memcpy(&pj[t][b * VW], &p, sizeof p);
-        }
-        sums[t] = hsum(sum);
-        dm[t] = m[r] - mx; m[r] = mx;
-        if constexpr (RT < 4) corr[t] = expv(vf{} + dm[t])[0];  // decode tiles: each row's on its own (measured faster there)
-      }
-      if constexpr (RT >= 4) { const vf c = expv(dm); for (int t = 0; t < RT; t++) corr[t] = c[t]; }  // the tile's in one exp
-      for (int t = 0; t < RT; t++) l[r0 + t] = l[r0 + t] * corr[t] + sums[t];
-      if constexpr (VREGS >= 32) {          // AVX-512: the tile's RT x C accumulators all stay in registers over the block
-        vf a[RT][C];
-        for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) a[t][c] = acc[r0 + t][c] * corr[t];
-        for (int j = 0; j < BS; j++) {
-          vf v[C];
-          for (int c = 0; c < C; c++) v[c] = loadv(Vb + j * D + c * VW);
-          for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) a[t][c] += pj[t][j] * v[c];
-        }
-        for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) acc[r0 + t][c] = a[t][c];
-      } else {                              // 16 registers (AVX2): one vector of V's columns at a time, RT accumulators live
-        for (int c = 0; c < C; c++) {
-          vf a[RT];
-          for (int t = 0; t < RT; t++) a[t] = acc[r0 + t][c] * corr[t];
-          for (int j = 0; j < BS; j++) {
-            const vf v = loadv(Vb + j * D + c * VW);
-            for (int t = 0; t < RT; t++) a[t] += pj[t][j] * v;
-          }
-          for (int t = 0; t < RT; t++) acc[r0 + t][c] = a[t];
-        }
-      }
-    }
-  }
-  for (int r = 0; r < R; r++) {
-    T* o = out + (int64_t(i0 + r / G) * H + h * G + r % G) * D;
-    const float inv = 1.f / l[r];
-    for (int c = 0; c < C; c++) for (int j = 0; j < VW; j++) store(acc[r][c][j] * inv, o + c * VW + j);
-  }
-}
-
-template <typename T, int D>
-static void attend(const T* q, int64_t qs, const T* kc, const T* vc, T* out, const int32_t* tables, int64_t tstride,
-                   const int32_t* seq_lens, const int32_t* qsl, int B, int H, int Hkv, float scale) {
-  const int G = H / Hkv, qt = std::max(1, MAX_ROWS / G);  // query tokens per work item
-  std::vector<int64_t> items;                              // (request, kv head, first query row), packed
-  for (int b = 0; b < B; b++)
-    for (int i = qsl[b]; i < qsl[b + 1]; i += qt)
-      for (int h = 0; h < Hkv; h++) items.push_back((int64_t(b) << 40) | (int64_t(h) << 32) | i);
-  const int64_t n_items = items.size();
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t it = 0; it < n_items; it++) {
-    const int b = int(items[it] >> 40), h = int((items[it] >> 32) & 0xFF), i0 = int(items[it] & 0xFFFFFFFF);
-    const int nq = std::min(qt, qsl[b + 1] - i0);
-    const int first_pos = seq_lens[b] - (qsl[b + 1] - qsl[b]) + (i0 - qsl[b]);  // position of query row i0
-    // rows per tile: 4 (2 for head_dim > 64, whose accumulators take twice the registers); a decode item of fewer
-    // rows (its query heads per kv head) gets tiles of exactly that many, with no padding rows
-    const int R = nq * G;
-#define ITEM(rt) attend_item<T, D, rt>(q, qs, kc, vc, out, tables + b * tstride, first_pos, i0, nq, G, H, Hkv, h, scale)
-    if (R == 1) ITEM(1); else if (R == 2 || D > 64) ITEM(2); else if (R == 3) ITEM(3); else ITEM(4);
-#undef ITEM
-  }
-}
-
-template <typename T>
-static int dispatch(const void* q, int64_t qs, const void* kc, const void* vc, void* out, const int32_t* tables, int64_t tstride,
-                    const int32_t* seq_lens, const int32_t* qsl, int B, int H, int Hkv, int D, float scale) {
-#define CASE(d) if (D == d) { attend<T, d>((const T*)q, qs, (const T*)kc, (const T*)vc, (T*)out, tables, tstride, \
-                                              seq_lens, qsl, B, H, Hkv, scale); return 0; }
-  CASE(16) CASE(32) CASE(64) CASE(80) CASE(96) CASE(128) CASE(256)
-#undef CASE
-  return 1;
-}
-
-// Write each new token's k and v rows (Hkv * D values; row strides ks, vs) into its slot of the caches in this
-// layout: K into column `off` of its block's K transposed, V into row `off`. Negative slots (padding) are skipped.
-template <typename T>
-static void store_kv(const T* k, int64_t ks, const T* v, int64_t vs, T* kc, T* vc, const int64_t* slots, int64_t n,
-                     int Hkv, int D) {
-#pragma omp parallel for if (n >= 256)
-  for (int64_t t = 0; t < n; t++) {
-    const int64_t s = slots[t];
-    if (s < 0) continue;
-    const int64_t blk = s / BS, off = s % BS;
-    for (int h = 0; h < Hkv; h++) {
-      const T* kr = k + t * ks + h * D;
-      T* kd = kc + (blk * Hkv + h) * D * BS + off;
-      for (int d = 0; d < D; d++) kd[d * BS] = kr[d];
-      std::memcpy(vc + ((blk * Hkv + h) * BS + off) * D, v + t * vs + h * D, D * sizeof(T));
-    }
-  }
-}
-
-extern "C" void litevllm_store_kv(int is_bf16, const void* k, int64_t ks, const void* v, int64_t vs, void* kc, void* vc,
-                                  const int64_t* slots, int64_t n, int Hkv, int D) {
-  if (is_bf16) store_kv((const bf16*)k, ks, (const bf16*)v, vs, (bf16*)kc, (bf16*)vc, slots, n, Hkv, D);
-  else store_kv((const float*)k, ks, (const float*)v, vs, (float*)kc, (float*)vc, slots, n, Hkv, D);
-}
-
-extern "C" int litevllm_cpu_attention(int is_bf16, const void* q, int64_t qs, const void* kc, const void* vc, void* out,
-                                       const int32_t* tables, int64_t tstride, const int32_t* seq_lens,
-                                       const int32_t* qsl, int B, int H, int Hkv, int D, int bs, float scale) {
-  if (bs != BS || Hkv <= 0 || Hkv > 255 || H % Hkv || H / Hkv > MAX_ROWS) return 1;
-  return is_bf16 ? dispatch<bf16>(q, qs, kc, vc, out, tables, tstride, seq_lens, qsl, B, H, Hkv, D, scale)
-                 : dispatch<float>(q, qs, kc, vc, out, tables, tstride, seq_lens, qsl, B, H, Hkv, D, scale);
-}
-'''
-CPU_ATTENTION_HEAD_DIMS = (16, 32, 64, 80, 96, 128, 256)  # the head dims the source instantiates
-CPU_ATTENTION_BLOCK_SIZE = 16                               # keys per block: one vector of 16 floats
-
-# %% ../../kernels_nbs/02_cpu_attention.ipynb #dac93d43
+# %% ../../kernels_nbs/02_cpu_attention.ipynb #7b8a8bf0
 _FLAGS = ["-O3", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]  # and cpu_info().march
 logger = logging.getLogger("litevllm")
 
@@ -272,19 +52,23 @@ def _cpu_id() -> str:
     info = cpu_info()
     return f"{info.model} {info.forced} {' '.join(sorted(info.flags))}"
 
+def _source_text(name:str) -> str:
+    "What `CSRC/name.cpp` is compiled from: the file and every header beside it (any of them may be included)."
+    return "\n".join((CSRC/f).read_text() for f in [f"{name}.cpp", *sorted(h.name for h in CSRC.glob("*.h"))])
+
+# %% ../../kernels_nbs/02_cpu_attention.ipynb #dac93d43
 @functools.lru_cache(None)
-def build_cpu_library(name:str, src:str) -> ctypes.CDLL|None:
-    "Compile C++ `src` into a shared library (once per machine: cached on disk) and load it; None if it cannot be built."
+def build_cpu_library(name:str) -> ctypes.CDLL|None:
+    "Compile `CSRC/name.cpp` into a shared library (once per machine: cached on disk) and load it; None if it cannot be built."
     cxx = shutil.which(os.environ.get("CXX", "g++"))
     if cxx is None: logger.info("no C++ compiler: %s is not available", name); return None
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     march = cpu_info().march
-    key = hashlib.sha256("\n".join([src, " ".join(_FLAGS + march), version, _cpu_id()]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join([_source_text(name), " ".join(_FLAGS + march), version, _cpu_id()]).encode()).hexdigest()[:16]
     lib = _cache_dir()/f"{name}-{key}.so"
     if not lib.exists():
         with tempfile.TemporaryDirectory() as tmp:
-            cpp, tmp_lib = Path(tmp)/f"{name}.cpp", Path(tmp)/"lib.so"
-            cpp.write_text(src)
+            cpp, tmp_lib = CSRC/f"{name}.cpp", Path(tmp)/"lib.so"
             for target in (march, []):  # -march=native unknown to this compiler (some Arm ones): its default target
                 r = subprocess.run([cxx, *_FLAGS, *target, str(cpp), "-o", str(tmp_lib)], capture_output=True, text=True)
                 if r.returncode == 0 or target != ["-march=native"]: break
@@ -299,7 +83,7 @@ def build_cpu_library(name:str, src:str) -> ctypes.CDLL|None:
 
 def load_cpu_attention() -> ctypes.CDLL|None:
     "The compiled attention kernel (built on first use), or None if it cannot be built here."
-    return build_cpu_library("cpu_attention", CPU_ATTENTION_SRC)
+    return build_cpu_library("cpu_attention")
 
 # %% ../../kernels_nbs/02_cpu_attention.ipynb #ed36531c
 def cpu_kv_cache_shapes(num_blocks:int, block_size:int, num_kv_heads:int, head_dim:int) -> tuple[tuple, tuple]:

@@ -1,0 +1,186 @@
+// litevllm's paged attention for CPUs: causal attention of a flat batch of query tokens over each request's paged K/V
+// cache, and the store of new tokens into that cache. kernels_nbs/02_cpu_attention.ipynb explains it one section at a
+// time: each `// @section NAME` line starts a section that the notebook shows with `show_source`.
+
+// @section constants
+#include "cpu_vector.h"
+#include <vector>
+
+constexpr int BS = 16;        // keys per block
+constexpr int NB = BS / VW;   // vectors per row of a block's keys: 1 on AVX-512, 2 on AVX2, 4 elsewhere
+constexpr int MAX_ROWS = 64;  // query rows per work item: query tokens x the query heads of one kv head
+constexpr int AHEAD = 4;  // blocks prefetched ahead of the one being read
+#if defined(__AVX512F__) || defined(__aarch64__)
+constexpr int VREGS = 32;     // vector registers: zmm (AVX-512), NEON
+#else
+constexpr int VREGS = 16;     // ymm (AVX2), xmm (SSE)
+#endif
+template <typename T>  // ask for one block's K and V (of kv head h) to be brought into the L2 cache (locality 1)
+static inline void prefetch_block(const T* kc, const T* vc, int64_t blk, int Hkv, int h, int D) {
+  const char* k = (const char*)(kc + (blk * Hkv + h) * D * BS);
+  const char* v = (const char*)(vc + (blk * Hkv + h) * BS * D);
+  for (int i = 0; i < int(D * BS * sizeof(T)); i += 64) { __builtin_prefetch(k + i, 0, 1); __builtin_prefetch(v + i, 0, 1); }
+}
+
+// @section tile-setup
+// One work item: R query rows (query tokens i0..i0+nq of one request x the G query heads of kv head h) against the
+// request's keys, one block at a time. Row r is token i0 + r / G, head h * G + r % G; it sees keys 0..pos[r].
+template <typename T, int D, int RT>  // RT: rows per tile
+static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out, const int32_t* table, int first_pos, int i0,
+                        int nq, int G, int H, int Hkv, int h, float scale) {
+  constexpr int C = D / VW;  // vectors per row of head_dim
+  const int R = nq * G, Rp = (R + RT - 1) / RT * RT, n_keys = first_pos + nq;
+  alignas(64) float Q[MAX_ROWS + RT][D];
+  alignas(64) vf acc[MAX_ROWS + RT][C];
+  float m[MAX_ROWS + RT], l[MAX_ROWS + RT];
+  int pos[MAX_ROWS + RT];
+  for (int r = 0; r < Rp; r++) {
+    const int rr = std::min(r, R - 1);  // padding rows repeat the last row and are not written out
+    const T* qr = q + int64_t(i0 + rr / G) * qs + (h * G + rr % G) * D;  // qs: q's row stride
+    for (int d = 0; d < D; d++) Q[r][d] = to_f32(qr[d]) * scale;
+    for (int c = 0; c < C; c++) acc[r][c] = vf{};
+    m[r] = -1e30f; l[r] = 0.f; pos[r] = first_pos + rr / G;
+  }
+  vf iota[NB]; for (int j = 0; j < BS; j++) iota[j / VW][j % VW] = j;
+  for (int k = 0; k < AHEAD && k * BS < n_keys; k++) prefetch_block(kc, vc, table[k], Hkv, h, D);
+
+// @section scores
+  for (int k0 = 0; k0 < n_keys; k0 += BS) {
+    if (k0 + AHEAD * BS < n_keys) prefetch_block(kc, vc, table[k0 / BS + AHEAD], Hkv, h, D);
+    const int64_t blk = table[k0 / BS];
+    const T* Kb = kc + (blk * Hkv + h) * D * BS;  // K transposed: [D][BS]
+    const T* Vb = vc + (blk * Hkv + h) * BS * D;  // V: [BS][D]
+    for (int r0 = 0; r0 < Rp; r0 += RT) {
+      if (pos[r0 + RT - 1] < k0) continue;  // causal: no row of the tile sees this block
+      // partial sums per row and vector of keys: RT * NB * NA >= 8 chains of FMAs in flight, within the registers
+      constexpr int NA = VREGS >= 32 ? (RT >= 4 ? 2 : RT == 1 ? 8 : 4) : std::max(1, 8 / (RT * NB));
+      vf s[RT][NB], sa[RT][NB][NA];          // scores of the tile's rows for the block's 16 keys, NB vectors each
+      for (int t = 0; t < RT; t++) for (int b = 0; b < NB; b++) for (int a = 0; a < NA; a++) sa[t][b][a] = vf{};
+      for (int d = 0; d < D; d += NA)
+        for (int a = 0; a < NA; a++)
+          for (int b = 0; b < NB; b++) {
+            const vf kd = loadv(Kb + (d + a) * BS + b * VW);
+            for (int t = 0; t < RT; t++) sa[t][b][a] += Q[r0 + t][d + a] * kd;
+          }
+      for (int t = 0; t < RT; t++) for (int b = 0; b < NB; b++) { s[t][b] = sa[t][b][0]; for (int a = 1; a < NA; a++) s[t][b] += sa[t][b][a]; }
+
+// @section softmax
+      alignas(64) float pj[RT][BS];         // softmax weights (relative to each row's running max)
+      vf dm = vf{};                         // each row's change of max (RT <= 4 <= VW lanes)
+      float corr[RT], sums[RT];             // what was summed under the old max is rescaled by corr; the block's sums
+      for (int t = 0; t < RT; t++) {
+        const int r = r0 + t, lim = std::min(BS, pos[r] + 1 - k0);  // keys of this block that row r sees
+        float mx = m[r];
+        for (int b = 0; b < NB; b++) mx = std::max(mx, hmax(iota[b] < float(lim) ? s[t][b] : -1e30f));  // keys past pos[r]: out
+        vf sum = vf{};
+        for (int b = 0; b < NB; b++) {
+          const vf p = iota[b] < float(lim) ? expv(s[t][b] - mx) : vf{};
+          sum += p; std::memcpy(&pj[t][b * VW], &p, sizeof p);
+        }
+        sums[t] = hsum(sum);
+        dm[t] = m[r] - mx; m[r] = mx;
+        if constexpr (RT < 4) corr[t] = expv(vf{} + dm[t])[0];  // decode tiles: each row's on its own (measured faster there)
+      }
+      if constexpr (RT >= 4) { const vf c = expv(dm); for (int t = 0; t < RT; t++) corr[t] = c[t]; }  // the tile's in one exp
+      for (int t = 0; t < RT; t++) l[r0 + t] = l[r0 + t] * corr[t] + sums[t];
+
+// @section pv
+      if constexpr (VREGS >= 32) {          // AVX-512: the tile's RT x C accumulators all stay in registers over the block
+        vf a[RT][C];
+        for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) a[t][c] = acc[r0 + t][c] * corr[t];
+        for (int j = 0; j < BS; j++) {
+          vf v[C];
+          for (int c = 0; c < C; c++) v[c] = loadv(Vb + j * D + c * VW);
+          for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) a[t][c] += pj[t][j] * v[c];
+        }
+        for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) acc[r0 + t][c] = a[t][c];
+      } else {                              // 16 registers (AVX2): one vector of V's columns at a time, RT accumulators live
+        for (int c = 0; c < C; c++) {
+          vf a[RT];
+          for (int t = 0; t < RT; t++) a[t] = acc[r0 + t][c] * corr[t];
+          for (int j = 0; j < BS; j++) {
+            const vf v = loadv(Vb + j * D + c * VW);
+            for (int t = 0; t < RT; t++) a[t] += pj[t][j] * v;
+          }
+          for (int t = 0; t < RT; t++) acc[r0 + t][c] = a[t];
+        }
+      }
+    }
+  }
+
+// @section write-out
+  for (int r = 0; r < R; r++) {
+    T* o = out + (int64_t(i0 + r / G) * H + h * G + r % G) * D;
+    const float inv = 1.f / l[r];
+    for (int c = 0; c < C; c++) for (int j = 0; j < VW; j++) store(acc[r][c][j] * inv, o + c * VW + j);
+  }
+}
+
+// @section work-items
+template <typename T, int D>
+static void attend(const T* q, int64_t qs, const T* kc, const T* vc, T* out, const int32_t* tables, int64_t tstride,
+                   const int32_t* seq_lens, const int32_t* qsl, int B, int H, int Hkv, float scale) {
+  const int G = H / Hkv, qt = std::max(1, MAX_ROWS / G);  // query tokens per work item
+  std::vector<int64_t> items;                              // (request, kv head, first query row), packed
+  for (int b = 0; b < B; b++)
+    for (int i = qsl[b]; i < qsl[b + 1]; i += qt)
+      for (int h = 0; h < Hkv; h++) items.push_back((int64_t(b) << 40) | (int64_t(h) << 32) | i);
+  const int64_t n_items = items.size();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t it = 0; it < n_items; it++) {
+    const int b = int(items[it] >> 40), h = int((items[it] >> 32) & 0xFF), i0 = int(items[it] & 0xFFFFFFFF);
+    const int nq = std::min(qt, qsl[b + 1] - i0);
+    const int first_pos = seq_lens[b] - (qsl[b + 1] - qsl[b]) + (i0 - qsl[b]);  // position of query row i0
+    // rows per tile: 4 (2 for head_dim > 64, whose accumulators take twice the registers); a decode item of fewer
+    // rows (its query heads per kv head) gets tiles of exactly that many, with no padding rows
+    const int R = nq * G;
+#define ITEM(rt) attend_item<T, D, rt>(q, qs, kc, vc, out, tables + b * tstride, first_pos, i0, nq, G, H, Hkv, h, scale)
+    if (R == 1) ITEM(1); else if (R == 2 || D > 64) ITEM(2); else if (R == 3) ITEM(3); else ITEM(4);
+#undef ITEM
+  }
+}
+
+// @section dispatch
+template <typename T>
+static int dispatch(const void* q, int64_t qs, const void* kc, const void* vc, void* out, const int32_t* tables, int64_t tstride,
+                    const int32_t* seq_lens, const int32_t* qsl, int B, int H, int Hkv, int D, float scale) {
+#define CASE(d) if (D == d) { attend<T, d>((const T*)q, qs, (const T*)kc, (const T*)vc, (T*)out, tables, tstride, \
+                                              seq_lens, qsl, B, H, Hkv, scale); return 0; }
+  CASE(16) CASE(32) CASE(64) CASE(80) CASE(96) CASE(128) CASE(256)
+#undef CASE
+  return 1;
+}
+
+extern "C" int litevllm_cpu_attention(int is_bf16, const void* q, int64_t qs, const void* kc, const void* vc, void* out,
+                                       const int32_t* tables, int64_t tstride, const int32_t* seq_lens,
+                                       const int32_t* qsl, int B, int H, int Hkv, int D, int bs, float scale) {
+  if (bs != BS || Hkv <= 0 || Hkv > 255 || H % Hkv || H / Hkv > MAX_ROWS) return 1;
+  return is_bf16 ? dispatch<bf16>(q, qs, kc, vc, out, tables, tstride, seq_lens, qsl, B, H, Hkv, D, scale)
+                 : dispatch<float>(q, qs, kc, vc, out, tables, tstride, seq_lens, qsl, B, H, Hkv, D, scale);
+}
+
+// @section store-kv
+// Write each new token's k and v rows (Hkv * D values; row strides ks, vs) into its slot of the caches in this
+// layout: K into column `off` of its block's K transposed, V into row `off`. Negative slots (padding) are skipped.
+template <typename T>
+static void store_kv(const T* k, int64_t ks, const T* v, int64_t vs, T* kc, T* vc, const int64_t* slots, int64_t n,
+                     int Hkv, int D) {
+#pragma omp parallel for if (n >= 256)
+  for (int64_t t = 0; t < n; t++) {
+    const int64_t s = slots[t];
+    if (s < 0) continue;
+    const int64_t blk = s / BS, off = s % BS;
+    for (int h = 0; h < Hkv; h++) {
+      const T* kr = k + t * ks + h * D;
+      T* kd = kc + (blk * Hkv + h) * D * BS + off;
+      for (int d = 0; d < D; d++) kd[d * BS] = kr[d];
+      std::memcpy(vc + ((blk * Hkv + h) * BS + off) * D, v + t * vs + h * D, D * sizeof(T));
+    }
+  }
+}
+
+extern "C" void litevllm_store_kv(int is_bf16, const void* k, int64_t ks, const void* v, int64_t vs, void* kc, void* vc,
+                                  const int64_t* slots, int64_t n, int Hkv, int D) {
+  if (is_bf16) store_kv((const bf16*)k, ks, (const bf16*)v, vs, (bf16*)kc, (bf16*)vc, slots, n, Hkv, D);
+  else store_kv((const float*)k, ks, (const float*)v, vs, (float*)kc, (float*)vc, slots, n, Hkv, D);
+}

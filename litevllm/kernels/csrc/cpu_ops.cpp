@@ -1,0 +1,224 @@
+// litevllm's CPU layer ops: RMSNorm (with the residual add before it), rotary embedding, SwiGLU's activation, and the
+// linear layers of a decode step. kernels_nbs/03_cpu_layer_ops.ipynb explains it one section at a time: each
+// `// @section NAME` line starts a section that the notebook shows with `show_source`.
+
+// @section rounding
+#include "cpu_vector.h"  // 02's vector helpers: vf (VW floats), loadv, to_f32, store, expv
+#include <cmath>
+#include <type_traits>
+
+static inline uint32_t rne(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u + 0x7FFFu + ((u >> 16) & 1u); }  // high half: f rounded to bf16 (nearest even)
+static inline float round_like(float f, const float*) { return f; }
+static inline float round_like(float f, const bf16*) { uint32_t u = rne(f) & 0xFFFF0000u; std::memcpy(&f, &u, 4); return f; }
+// the same VW at a time
+static inline vu rne(vf f) { vu u; std::memcpy(&u, &f, sizeof u); return u + 0x7FFFu + ((u >> 16) & 1u); }
+static inline vf round_like(vf f, const float*) { return f; }
+static inline vf round_like(vf f, const bf16*) { vu u = rne(f) & 0xFFFF0000u; std::memcpy(&f, &u, sizeof f); return f; }
+static inline void storev(vf f, float* p) { std::memcpy(p, &f, sizeof f); }
+static inline void storev(vf f, bf16* p) {
+#ifdef __AVX512F__  // one narrowing store (the generic code below compiles to two halves)
+  _mm256_storeu_si256((__m256i*)p, _mm512_cvtepi32_epi16((__m512i)(rne(f) >> 16)));
+#else
+  vh h = __builtin_convertvector(rne(f) >> 16, vh); std::memcpy(p, &h, sizeof h);
+#endif
+}
+
+// @section rms-norm
+// y = w * round(h / rms(h)) for each row of n: transformers' RMSNorm of h = x. With a residual (vLLM's
+// fused_add_rms_norm): h = residual + x, rounded to T and written back to the residual first. y may be x.
+template <typename T>
+static void rms_norm(const T* x, T* residual, const T* w, T* y, int64_t rows, int n, float eps) {
+#pragma omp parallel for if (rows >= 16)
+  for (int64_t r = 0; r < rows; r++) {
+    const T* h = x + r * n; T* yr = y + r * n;
+    int i = 0;
+    if (residual) {
+      T* res = residual + r * n;
+      for (; i + VW <= n; i += VW) storev(loadv(res + i) + loadv(h + i), res + i);
+      for (; i < n; i++) store(to_f32(res[i]) + to_f32(h[i]), res + i);
+      h = res;
+    }
+    vf ss = {}; float s = 0.f;
+    for (i = 0; i + VW <= n; i += VW) { const vf v = loadv(h + i); ss += v * v; }
+    for (; i < n; i++) { const float v = to_f32(h[i]); s += v * v; }
+    s += hsum(ss);
+    const float inv = 1.f / std::sqrt(s / n + eps);
+    for (i = 0; i + VW <= n; i += VW) storev(loadv(w + i) * round_like(loadv(h + i) * inv, h), yr + i);
+    for (; i < n; i++) store(to_f32(w[i]) * round_like(to_f32(h[i]) * inv, h), yr + i);
+  }
+}
+extern "C" void litevllm_rms_norm(int bf, const void* x, void* residual, const void* w, void* y, int64_t rows, int n, float eps) {
+  if (bf) rms_norm((const bf16*)x, (bf16*)residual, (const bf16*)w, (bf16*)y, rows, n, eps);
+  else rms_norm((const float*)x, (float*)residual, (const float*)w, (float*)y, rows, n, eps);
+}
+
+// @section rotary
+// rotary embedding (rotate-half layout), in place: q rows of H heads and k rows of Hkv heads (D each), given row
+// strides (they are slices of one qkv matrix); cos, sin: (rows, D/2) float32
+template <typename T>
+static void rotary(T* q, int64_t qs, int H, T* k, int64_t ks, int Hkv, int D, const float* cos, const float* sin, int64_t rows) {
+  const int half = D / 2;
+#pragma omp parallel for if (rows >= 16)
+  for (int64_t t = 0; t < rows; t++) {
+    const float* c = cos + t * half; const float* s = sin + t * half;
+    for (int h = 0; h < H + Hkv; h++) {
+      T* x = h < H ? q + t * qs + h * D : k + t * ks + (h - H) * D;
+      int i = 0;
+      for (; i + VW <= half; i += VW) {
+        const vf x1 = loadv(x + i), x2 = loadv(x + i + half), ci = loadv(c + i), si = loadv(s + i);
+        storev(x1 * ci - x2 * si, x + i);
+        storev(x2 * ci + x1 * si, x + i + half);
+      }
+      for (; i < half; i++) {
+        const float x1 = to_f32(x[i]), x2 = to_f32(x[i + half]);
+        store(x1 * c[i] - x2 * s[i], x + i);
+        store(x2 * c[i] + x1 * s[i], x + i + half);
+      }
+    }
+  }
+}
+extern "C" void litevllm_rotary(int bf, void* q, int64_t qs, int H, void* k, int64_t ks, int Hkv, int D, const float* c,
+                                const float* s, int64_t rows) {
+  if (bf) rotary((bf16*)q, qs, H, (bf16*)k, ks, Hkv, D, c, s, rows);
+  else rotary((float*)q, qs, H, (float*)k, ks, Hkv, D, c, s, rows);
+}
+
+// @section silu
+// out (rows, I) = silu(x[:, :I]) * x[:, I:], VW values at a time
+template <typename T>
+static void silu_and_mul(const T* x, T* out, int64_t rows, int I) {
+#pragma omp parallel for if (rows >= 16)
+  for (int64_t r = 0; r < rows; r++) {
+    const T* g = x + r * 2 * I; const T* u = g + I; T* o = out + r * I;
+    int i = 0;
+    for (; i + VW <= I; i += VW) { const vf a = loadv(g + i); storev(a / (1.f + expv(-a)) * loadv(u + i), o + i); }
+    for (; i < I; i++) { const float a = to_f32(g[i]); store(a / (1.f + std::exp(-a)) * to_f32(u[i]), o + i); }
+  }
+}
+extern "C" void litevllm_silu_and_mul(int bf, const void* x, void* out, int64_t rows, int I) {
+  if (bf) silu_and_mul((const bf16*)x, (bf16*)out, rows, I);
+  else silu_and_mul((const float*)x, (float*)out, rows, I);
+}
+
+// @section linear-tiles
+// y (M, N) = x (M, K; row stride xs) W^T + bias for the few rows of a decode step, reading W where oneDNN packed it:
+// in float32 that is [N/NB][K][NB], each block of NB outputs with input k's NB weights side by side (NB = 64 on
+// AVX-512, and on AVX2 for most shapes; 16 on AVX2 for some, such as 192 outputs: the caller finds NB). A thread takes
+// whole blocks, so each streams its part of W once, front to back. Within a block the kernel takes NV vectors of VW
+// outputs at a time (a slice: a whole block of 64 on AVX-512, 32 outputs on AVX2), rows LMT at a time, so that the
+// accumulators, the slice's weights for one input and the broadcast input all stay in registers:
+#if defined(__AVX512F__)
+constexpr int LNV = 4, LMT = 6;  // 6 x 4 accumulators + 4 weights + 1 of 32 registers (zmm)
+#elif defined(__AVX2__)
+constexpr int LNV = 4, LMT = 3;  // 3 x 4 + 4 + 1 = 17 of 16 (ymm): measured faster than 6 x 2 (see below)
+#elif defined(__aarch64__)
+constexpr int LNV = 4, LMT = 6;  // NEON: 6 x 4 + 4 + 1 = 29 of 32
+#else
+constexpr int LNV = 2, LMT = 4;  // SSE: 4 x 2 + 2 + 1 = 11 of 16
+#endif
+// (a bf16 weight goes through 02's loadv(const bf16*): widened to float32 as it loads, a shift)
+
+// @section rows-x-slice
+template <int MT, int NV, typename W>  // MT rows of x against the NV * VW outputs of one slice (w: its weight for input 0, rows of NB)
+static inline void rows_x_slice(const float* x, int64_t xs, const W* w, int NB, const float* bias, float* y, int64_t ys, int K) {
+  vf acc[MT][NV];
+  for (int m = 0; m < MT; m++) for (int c = 0; c < NV; c++) acc[m][c] = vf{};
+  for (int k = 0; k < K; k++) {
+    vf wk[NV];
+    for (int c = 0; c < NV; c++) wk[c] = loadv(w + int64_t(k) * NB + c * VW);
+    for (int m = 0; m < MT; m++) {
+      const float xm = x[m * xs + k];
+      for (int c = 0; c < NV; c++) acc[m][c] += xm * wk[c];
+    }
+  }
+  for (int m = 0; m < MT; m++)
+    for (int c = 0; c < NV; c++) storev(bias ? acc[m][c] + loadv(bias + VW * c) : acc[m][c], y + m * ys + VW * c);
+}
+template <int MT, int NV, typename W>  // the last n < MT rows
+static inline void rows_x_slice_tail(int64_t n, const float* x, int64_t xs, const W* w, int NB, const float* bias, float* y, int64_t ys, int K) {
+  if constexpr (MT > 0) {
+    if (n == MT) rows_x_slice<MT, NV>(x, xs, w, NB, bias, y, ys, K); else rows_x_slice_tail<MT - 1, NV>(n, x, xs, w, NB, bias, y, ys, K);
+  }
+}
+
+// @section linear-f32
+template <int NV, typename W>  // W: float, or bfloat16 weights in the same layout (half the bytes, float32 arithmetic)
+static void linear_few_rows_f32(const float* x, int64_t xs, const W* w, const float* bias, float* y, int64_t M, int K, int N, int NB) {
+#pragma omp parallel for schedule(static)
+  for (int nb = 0; nb < N / NB; nb++)
+    for (int s = 0; s < NB; s += NV * VW) {  // the block's slices, each streamed once per LMT rows (from L2 after the first)
+      const W* wb = w + int64_t(nb) * K * NB + s; const float* bb = bias ? bias + NB * nb + s : nullptr;
+      float* yb = y + NB * nb + s;
+      int64_t m = 0;
+      for (; m + LMT <= M; m += LMT) rows_x_slice<LMT, NV>(x + m * xs, xs, wb, NB, bb, yb + m * N, N, K);
+      rows_x_slice_tail<LMT - 1, NV>(M - m, x + m * xs, xs, wb, NB, bb, yb + m * N, N, K);
+    }
+}
+
+template <typename W>
+static int linear_few_rows_f32_any(const float* x, int64_t xs, const W* w, const float* bias, float* y, int64_t M, int K, int N, int NB) {
+  if (NB % (LNV * VW) == 0) linear_few_rows_f32<LNV>(x, xs, w, bias, y, M, K, N, NB);
+  else if (LNV >= 2 && NB % (2 * VW) == 0) linear_few_rows_f32<2>(x, xs, w, bias, y, M, K, N, NB);
+  else if (NB % VW == 0) linear_few_rows_f32<1>(x, xs, w, bias, y, M, K, N, NB);
+  else return 1;
+  return 0;
+}
+
+// @section linear-bf16-tile
+#ifdef __AVX512BF16__
+// The same for bfloat16, where oneDNN packs [N/64][K/2][64][2]: inputs k and k+1 of each output side by side, the pair
+// vdpbf16ps multiplies and adds into one float32 lane. Needs K even; the sums are float32, rounded to bf16 once.
+template <int MT>
+static inline void rows_x_block_bf16(const bf16* x, int64_t xs, const bf16* w, const bf16* bias, bf16* y, int64_t ys, int K) {
+  __m512 acc[MT][4];
+  for (int m = 0; m < MT; m++) for (int c = 0; c < 4; c++) acc[m][c] = _mm512_setzero_ps();
+  for (int k = 0; k < K; k += 2) {
+    const bf16* wk = w + int64_t(k) * 64;
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wk), w1 = (__m512bh)_mm512_loadu_si512(wk + 32);
+    const __m512bh w2 = (__m512bh)_mm512_loadu_si512(wk + 64), w3 = (__m512bh)_mm512_loadu_si512(wk + 96);
+    for (int m = 0; m < MT; m++) {
+      uint32_t pair; std::memcpy(&pair, x + m * xs + k, 4);
+      const __m512bh xm = (__m512bh)_mm512_set1_epi32(int(pair));
+      acc[m][0] = _mm512_dpbf16_ps(acc[m][0], xm, w0); acc[m][1] = _mm512_dpbf16_ps(acc[m][1], xm, w1);
+      acc[m][2] = _mm512_dpbf16_ps(acc[m][2], xm, w2); acc[m][3] = _mm512_dpbf16_ps(acc[m][3], xm, w3);
+    }
+  }
+  for (int m = 0; m < MT; m++)
+    for (int c = 0; c < 4; c++) {
+      const vf v = (vf)acc[m][c];
+      storev(bias ? v + loadv(bias + 16 * c) : v, y + m * ys + 16 * c);
+    }
+}
+
+// @section linear-bf16
+template <int MT>  // the last n < MT rows
+static inline void rows_x_block_bf16_tail(int64_t n, const bf16* x, int64_t xs, const bf16* w, const bf16* bias, bf16* y, int64_t ys, int K) {
+  if constexpr (MT > 0) {
+    if (n == MT) rows_x_block_bf16<MT>(x, xs, w, bias, y, ys, K); else rows_x_block_bf16_tail<MT - 1>(n, x, xs, w, bias, y, ys, K);
+  }
+}
+static void linear_few_rows_bf16(const bf16* x, int64_t xs, const bf16* w, const bf16* bias, bf16* y, int64_t M, int K, int N) {
+#pragma omp parallel for schedule(static)
+  for (int nb = 0; nb < N / 64; nb++) {
+    const bf16* wb = w + int64_t(nb) * K * 64; const bf16* bb = bias ? bias + 64 * nb : nullptr;
+    int64_t m = 0;
+    for (; m + 6 <= M; m += 6) rows_x_block_bf16<6>(x + m * xs, xs, wb, bb, y + m * N + 64 * nb, N, K);
+    rows_x_block_bf16_tail<5>(M - m, x + m * xs, xs, wb, bb, y + m * N + 64 * nb, N, K);
+  }
+}
+#endif
+
+// @section linear-entry
+// bf: 0 float32; 1 bfloat16 (x, W, y; oneDNN's pair layout, vdpbf16ps); 2 x and y float32, W bfloat16 in the float32 layout.
+// 0: done; 1: not a layout this kernel reads (N not whole blocks of NB; NB not whole vectors; bfloat16 without
+// AVX512-BF16, or with NB other than 64 or K odd)
+extern "C" int litevllm_linear_few_rows(int bf, const void* x, int64_t xs, const void* w, const void* bias, void* y, int64_t M, int K, int N, int NB) {
+  if (NB <= 0 || N % NB) return 1;
+  if (bf == 0) return linear_few_rows_f32_any((const float*)x, xs, (const float*)w, (const float*)bias, (float*)y, M, K, N, NB);
+  if (bf == 2) return linear_few_rows_f32_any((const float*)x, xs, (const bf16*)w, (const float*)bias, (float*)y, M, K, N, NB);
+#ifdef __AVX512BF16__
+  if (K % 2 || NB != 64) return 1;
+  linear_few_rows_bf16((const bf16*)x, xs, (const bf16*)w, (const bf16*)bias, (bf16*)y, M, K, N); return 0;
+#endif
+  return 1;  // bfloat16 without vdpbf16ps: oneDNN's kernel (where oneDNN packs bf16 at all)
+}
