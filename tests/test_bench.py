@@ -346,3 +346,42 @@ def test_cli_spec_decode_vllm_failure(tiny, tmp_path, capsys, monkeypatch):
     assert set(rep["vllm_failed"]) == {"none", "ngram"} and rep["settings"]["methods"]["ngram"]["num_speculative_tokens"] == 4
     printed = capsys.readouterr().out
     assert "vLLM, ngram: FAILED" in printed and "CPU:" in printed and "tpot_speedup" in printed
+
+
+# --- the package (issue 40): `litevllm.bench` was one module, bench.py; every name it offered still imports from it ---------
+
+OLD_NAMES = ["WORKLOADS", "VLLM_WORKER", "STEP_PARTS", "THROUGHPUT_COLS", "COPY_PROMPTS", "LATENCY_WORKLOADS", "LATENCY_COLS",
+             "SERVE_COLS", "LOAD_COLS", "VLLM_CLI", "VLLM_SHARED", "COMPARE_COLS", "SPEC_METHODS", "SPEC_COLS",
+             "VLLM_SPEC_WORKER", "Workload", "make_workload", "cpu_model", "machine_info", "format_table", "write_report",
+             "engine_core_in_process", "run_litevllm", "load_hf_model", "hf_batches", "left_pad", "run_hf", "run_vllm_worker",
+             "run_vllm", "measure_ttft", "breakdown_table", "breakdown_by_batch", "add_workload_args", "workload_from_args",
+             "cmd_throughput", "run_lora_mix", "collect_spec_stats", "spec_summary", "latency_summary", "measure_latency",
+             "copy_prompts", "bench_latency", "cmd_latency", "run_async", "run_serve_bench", "process_rss_mb",
+             "server_blocks_in_use", "run_load", "cmd_serve", "cmd_serve_load", "add_load_args", "random_token_prompts",
+             "probe_health", "with_health_probe", "vllm_cli", "vllm_env", "engine_flags", "serve_argvs", "free_port",
+             "port_in_use", "stop_process_group", "server_process", "parse_vllm_bench_output", "vllm_bench_argv", "run_process",
+             "run_vllm_client", "add_ratios", "serve_level", "compare_run", "cmd_serve_compare", "add_compare_args",
+             "spec_configs", "spec_workloads", "run_spec_decode", "add_spec_ratios", "run_vllm_spec", "cmd_spec_decode",
+             "add_spec_decode_args", "cmd_kernels", "add_cli", "plot_throughput_report", "plot_sweep", "vllm_ratio_rows",
+             "plot_vllm_ratios"]
+
+
+def test_package_keeps_the_old_names():
+    import litevllm.bench as b
+    assert [n for n in OLD_NAMES if not hasattr(b, n)] == [] and set(OLD_NAMES) <= set(b.__all__)
+    star = {}
+    exec("from litevllm.bench import *", star)
+    assert set(OLD_NAMES) <= set(star)
+
+
+def test_vllm_scripts_are_files_without_litevllm():
+    "The scripts real vLLM runs are files of the package, run by path with vLLM's python: none imports litevllm (vLLM's venv has none)."
+    import ast
+    from litevllm.bench import SCRIPTS, VLLM_WORKER, VLLM_SPEC_WORKER, VLLM_CLI
+    for f in (VLLM_WORKER, VLLM_SPEC_WORKER, VLLM_CLI):
+        assert f.parent == SCRIPTS and f.is_file(), f
+        tree = ast.parse(f.read_text())
+        mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        mods |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not any(m.split(".")[0] == "litevllm" for m in mods), (f.name, mods)
+        assert 'if __name__ == "__main__":' in f.read_text()  # vLLM's engine core, a spawned process, imports the script again
