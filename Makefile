@@ -12,12 +12,14 @@ SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 KERNELS  := $(wildcard kernels_nbs/*.ipynb)
 unchanged = $(PY) tools/check_unchanged.py
 
-.PHONY: help setup install setup-browser demo test check-clean check-sync nbtest pytest test-avx2 export clean-nbs readme docs clean vllm-baseline
+.PHONY: help setup install setup-browser demo test check-clean check-sync nbtest pytest test-avx2 test-gpu gpu-wheels export clean-nbs readme docs clean vllm-baseline
 
 help:
 	@echo "make demo           set everything up, then generate text with the default model"
 	@echo "make test           set everything up, then run every test (as CI does)"
 	@echo "make setup          create $(VENV) and install the project, its dev tools and the default model"
+	@echo "make test-gpu       on a CUDA machine: every notebook (gpu cells on) and every CUDA test, report in gpu-report/"
+	@echo "make gpu-wheels     the wheels a bare GPU machine lacks, and the default model's tokenizer, into .gpu-wheels/"
 	@echo "make export         notebooks (nbs/, kernels_nbs/) -> litevllm/"
 	@echo "make clean-nbs      nbdev-clean every notebook"
 	@echo "make readme         nbs/index.ipynb -> README.md"
@@ -90,6 +92,22 @@ test-avx2:
 	  LITEVLLM_CPU_ISA=avx2 OMP_NUM_THREADS=1 $(BIN)/nbdev-test kernels_nbs --file-glob "*cpu*.ipynb" --n-workers 2 --flags "$(NBFLAGS)" && \
 	  LITEVLLM_CPU_ISA=avx2 $(BIN)/pytest tests/test_generate.py -ra -q -k "default or random_models or auto_dtype or bfloat16"; \
 	else echo "test-avx2: skipped: this CPU cannot behave as an AVX2 one (not x86-64 with AVX2)"; fi
+
+# --- on a GPU ------------------------------------------------------------------------------------------------------------
+# Every notebook with its `#| gpu` cells and every CUDA test, in one command that runs the moment a GPU is at hand, in
+# about 7 minutes on one H100 (tools/test_gpu.py says how it is sized). It uses $(VENV) where `make setup` made one (CI's
+# runner), else the machine's own python3 (a bare GPU machine: the wheels it lacks come from .gpu-wheels/). Without CUDA
+# it says so and exits 0 having run nothing. The report: $$LITEVLLM_GPU_REPORT, else gpu-report/.
+# GPU_ARGS: --dry-run (what it would run), --only 'nbs/12_*' (a rerun), --report DIR, --require-cuda (CI)
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+GPU_ARGS   ?=
+test-gpu:
+	$(GPU_PYTHON) tools/test_gpu.py $(GPU_ARGS)
+
+# For a GPU machine without network: Python 3.12 wheels of what it may lack, and the default model's config and
+# tokenizer files (a random-weight copy is made there), into .gpu-wheels/ (~45 MiB, gitignored: carry it with the code)
+gpu-wheels: setup
+	$(PY) tools/test_gpu.py --fetch-wheels
 
 # --- the notebooks ----------------------------------------------------------------------------------------------------
 export:
