@@ -124,7 +124,7 @@ def http_error_body(status:int, detail) -> dict:
     "vLLM's body for an HTTPException: Starlette's (404, 405, an unparsable body) and our handlers' alike."
     return {"error": {"message": sanitize_message(str(detail)), "type": HTTPStatus(status).phrase, "param": None, "code": status}}
 
-# %% ../nbs/16_server.ipynb #7218c615
+# %% ../nbs/16_server.ipynb #4effeafe
 _INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 TokenId = Annotated[int, Field(ge=0)]
 
@@ -141,6 +141,7 @@ class StreamOptions(OpenAIBaseModel):
     include_usage: bool|None = False          # OpenAI's default: no usage chunk unless asked
     continuous_usage_stats: bool|None = False # vLLM: usage in every chunk too
 
+# %% ../nbs/16_server.ipynb #0f942ec5
 def _refuse(message:str, param:str|None=None, value=None): raise VLLMValidationError(message, parameter=param, value=value)
 
 def _int_field(data:dict, name:str):
@@ -148,6 +149,7 @@ def _int_field(data:dict, name:str):
     if (v := data.get(name)) is not None and not isinstance(v, (int, float)): _refuse(f"`{name}` must be an integer.", name, v)
     return v
 
+# %% ../nbs/16_server.ipynb #3a5898c6
 class SamplingFields(OpenAIBaseModel):
     "The fields completions and chat share: OpenAI's, then vLLM's extras."
     model: str|None = None
@@ -201,6 +203,7 @@ class SamplingFields(OpenAIBaseModel):
             if plp < 0 and plp != -1: _refuse("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs")
         return data
 
+# %% ../nbs/16_server.ipynb #87470691
 class CompletionRequest(SamplingFields):
     prompt: str|list[str]|list[TokenId]|list[list[TokenId]]|None = None
     prompt_embeds: bytes|list[bytes]|None = None     # vLLM (--enable-prompt-embeds): base64 of torch.save'd (tokens, hidden) tensors
@@ -225,6 +228,7 @@ class CompletionRequest(SamplingFields):
         if "max_tokens" in data and data["max_tokens"] is None: data = data | {"max_tokens": 16}
         return data
 
+# %% ../nbs/16_server.ipynb #543467ef
 class FunctionDefinition(OpenAIBaseModel):
     "OpenAI's function tool: `parameters` is a JSON schema object."
     name: str
@@ -236,6 +240,7 @@ class ChatCompletionToolsParam(OpenAIBaseModel):
     type: Literal["function"] = "function"
     function: FunctionDefinition
 
+# %% ../nbs/16_server.ipynb #3e590a83
 class ChatCompletionRequest(SamplingFields):
     messages: list[dict[str, Any]]
     max_tokens: int|None = None              # deprecated by OpenAI in favour of max_completion_tokens
@@ -278,6 +283,7 @@ class ChatCompletionRequest(SamplingFields):
         check_tools(tools)
         return self
 
+# %% ../nbs/16_server.ipynb #cc894345
 class TokenizeRequest(OpenAIBaseModel):
     "vLLM's two /tokenize bodies in one: a `prompt`, or chat `messages` (rendered with the chat template)."
     model: str|None = None
@@ -527,7 +533,7 @@ def chat_logprobs(tokenizer, token_ids:list[int], logprobs:list[dict], top_n:int
         content.append(e | dict(top_logprobs=[entry(i, lp) for i, lp in top]))
     return {"content": content}
 
-# %% ../nbs/16_server.ipynb #c8961460
+# %% ../nbs/16_server.ipynb #e42accfa
 @dataclasses.dataclass
 class ServerOptions:
     "vLLM's front-end switches (each a `litevllm serve` flag of the same name)."
@@ -542,6 +548,7 @@ class ServerOptions:
     tool_call_parser: str|None = None              # hermes | llama3_json (15a_tool_parsers)
     chat_template: str|None = None                 # a template file (or the template itself) instead of the model's
 
+# %% ../nbs/16_server.ipynb #2069c432
 @dataclasses.dataclass
 class ServerState:
     engine: AsyncLLM
@@ -714,7 +721,7 @@ def should_include_usage(opts:StreamOptions|None, force:bool) -> tuple[bool, boo
     if not opts: return False, False
     return bool(opts.include_usage), bool(opts.include_usage) and bool(opts.continuous_usage_stats)
 
-# %% ../nbs/16_server.ipynb #206a7a4d
+# %% ../nbs/16_server.ipynb #c5365334
 def prompt_logprobs_json(plp) -> list|None:
     "RequestOutput.prompt_logprobs in vLLM's JSON: None for the first token, then {id: {logprob, rank, decoded_token}}."
     if plp is None: return None
@@ -727,6 +734,7 @@ def vllm_choice_extras(req, out, c) -> dict:
     return dict(token_ids=list(c.token_ids) if ask else None, prompt_logprobs=prompt_logprobs_json(out.prompt_logprobs),
                 prompt_token_ids=list(out.prompt_token_ids) if ask else None, routed_experts=None)
 
+# %% ../nbs/16_server.ipynb #d63ff69a
 def chat_message(text:str|None, reasoning:str|None=None, tool_calls:list|None=None) -> dict:
     "An assistant message as vLLM writes it: OpenAI's null fields, `tool_calls` only when there are some, vLLM's `reasoning`."
     calls = dict(tool_calls=[t.model_dump() for t in tool_calls]) if tool_calls else {}
@@ -747,12 +755,14 @@ def echo_choice(st, req, ch:dict, out, c, prompt_text:str):
         res["text_offset"].append(offset); offset += len(t)
     ch["logprobs"] = res
 
+# %% ../nbs/16_server.ipynb #b7e3c451
 def beam_search_params(req:SamplingFields, params:SamplingParams) -> BeamSearchParams:
     "vLLM's use_beam_search: n beams, the request's max_tokens (already capped), temperature, length penalty."
     return BeamSearchParams(beam_width=req.n, max_tokens=params.max_tokens, ignore_eos=req.ignore_eos,
                             temperature=1.0 if req.temperature is None else req.temperature, length_penalty=req.length_penalty,
                             include_stop_str_in_output=req.include_stop_str_in_output, skip_special_tokens=req.skip_special_tokens)
 
+# %% ../nbs/16_server.ipynb #0ec0a856
 def tool_dicts(req) -> list[dict]:
     "A request's tools as plain dicts (what templates and parsers read)."
     return [t.model_dump(exclude_none=True) for t in req.tools or []]
@@ -868,7 +878,7 @@ def prepare_completion(st:ServerState, req:CompletionRequest):
         res.append((prompt, params, text))
     return res
 
-# %% ../nbs/16_server.ipynb #126210a9
+# %% ../nbs/16_server.ipynb #1565131e
 def _cached(st, out) -> int|None:
     return out.num_cached_tokens if st.options.enable_prompt_tokens_details else None
 
@@ -890,6 +900,7 @@ async def _final(st, req, prompt, params, rid:str):
     raise_on_engine_error(final)
     return final
 
+# %% ../nbs/16_server.ipynb #8916ee27
 async def completion_full(st:ServerState, req:CompletionRequest, prepared, rid:str, model:str) -> dict:
     finals = await asyncio.gather(*[_final(st, req, p, sp, f"{rid}-{i}") for i, (p, sp, _) in enumerate(prepared)])
     choices, n_prompt, n_gen = [], 0, 0
@@ -1023,11 +1034,12 @@ def stream_delta(dm:DeltaMessage|None) -> dict:
     else: d = {"content": dm.content} | d  # vLLM's call deltas say "content": null
     return d
 
-# %% ../nbs/16_server.ipynb #6a0a053a
+# %% ../nbs/16_server.ipynb #68b38ea5
 def _chat_lps(st, req, c):
     if not req.logprobs or c.logprobs is None: return None
     return chat_logprobs(st.tokenizer, c.token_ids, c.logprobs, req.top_logprobs or 0, st.as_ids(req))
 
+# %% ../nbs/16_server.ipynb #b4794399
 async def chat_full(st:ServerState, req:ChatCompletionRequest, prompt, params, rid:str, model:str) -> dict:
     final = await _final(st, req, prompt, params, rid)
     prefix = echo_text(req)
@@ -1209,7 +1221,7 @@ async def validate_json_request(raw:Request):
 
 JSON_BODY = [Depends(validate_json_request)]
 
-# %% ../nbs/16_server.ipynb #5a879505
+# %% ../nbs/16_server.ipynb #cc82afde
 def system_fingerprint(engine:AsyncLLM) -> str:
     "vLLM's: the engine's version and a short hash of its configuration."
     c = engine.vllm_config
@@ -1241,6 +1253,7 @@ def load_chat_template(template:str|None) -> str|None:
     except OSError as e: raise ValueError(f"The supplied chat template ({template}) looks like a file path, but it failed to be opened. "
                                           f"Reason: {e}") from None
 
+# %% ../nbs/16_server.ipynb #55cf0051
 def build_app(engine:AsyncLLM, served_model_names:list[str]|None=None, api_key:str|None=None, limits:ServerLimits|None=None,
               trust_request_chat_template:bool=False, options:ServerOptions|None=None,
               lora_modules:list|None=None) -> FastAPI:  # LoRAModulePath's (--lora-modules): adapters served by name
@@ -1393,7 +1406,7 @@ def _add_routes(app:FastAPI, st:ServerState):
         ids = [t for t in req.tokens if t < st.vocab_size]  # vLLM decodes what it can: an unknown id adds nothing
         return dict(prompt=await st.run_in_pool(st.tokenizer.decode, ids))
 
-# %% ../nbs/16_server.ipynb #7ac9f443
+# %% ../nbs/16_server.ipynb #1d28a299
 class _Server(uvicorn.Server):
     "uvicorn's server, without re-raising the caught signal after a graceful shutdown (so SIGTERM exits 0)."
     @contextlib.contextmanager
@@ -1409,6 +1422,7 @@ def threading_main() -> bool:
     import threading
     return threading.current_thread() is threading.main_thread()
 
+# %% ../nbs/16_server.ipynb #ac44f45c
 @kv_prefault()  # a server lives long: its KV pool is backed by memory at start (07_attention)
 def cmd_serve(ns) -> int:
     model = ns.model or ns.model_flag
@@ -1439,6 +1453,7 @@ def serve_engine(ns, engine:AsyncLLM, names:list[str], sockets:list|None=None):
     try: server.run(sockets=sockets)
     finally: engine.shutdown()
 
+# %% ../nbs/16_server.ipynb #a7fdb586
 def add_cli(subparsers):
     "Register `litevllm serve`."
     p = subparsers.add_parser("serve", help="start the OpenAI-compatible server")
