@@ -166,7 +166,7 @@ def _deliver(self:AsyncLLM, batch:list[tuple[str, object]]):
     for rid, item in batch:
         if (ent := self._requests.get(rid)) is not None: ent[1].put_nowait(item)
 
-# %% ../nbs/14_async_llm.ipynb #87d09b0d
+# %% ../nbs/14_async_llm.ipynb #f215505e
 @patch
 async def generate(self:AsyncLLM, prompt:PromptType, sampling_params:SamplingParams, request_id:str,
                    priority:int=0, arrival_time:float|None=None, lora_request=None) -> AsyncGenerator[RequestOutput, None]:
@@ -198,6 +198,7 @@ def _with_beam_steps(self:AsyncLLM, ids:list[str], stop) -> list[str]:
         if (bs := self._beam_searches.get(rid)) is not None: bs.stop = bs.stop or stop; res += bs.steps
     return res
 
+# %% ../nbs/14_async_llm.ipynb #18d09853
 @patch
 async def abort(self:AsyncLLM, request_id:str|list[str]):
     "Abort requests (a beam search's id too): their iterators end, their blocks are freed; unknown or finished ids are ignored."

@@ -26,7 +26,7 @@ def human_readable_int(s:str) -> int:
     if "." in num: raise argparse.ArgumentTypeError(f"decimals are not allowed with binary suffixes like {unit}: did you mean {num}{unit.lower()}?")
     return int(num) * 1024 ** (1 + "KMGT".index(unit))
 
-# %% ../nbs/15_cli.ipynb #609ea8af
+# %% ../nbs/15_cli.ipynb #94306ba8
 _HUMAN_INTS = {"max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes"}  # vLLM reads these with human_readable_int
 _SHORT_FLAGS = {"speculative_config": ("-sc",)}  # vLLM's short names of engine flags
 _SPEC_SHORTHANDS = {"spec_method": "method", "spec_model": "model", "spec_tokens": "num_speculative_tokens"}  # vLLM's flags for keys of -sc
@@ -57,6 +57,7 @@ def add_engine_args(p:argparse.ArgumentParser):
     p.add_argument("--spec-model", default=None, help="speculative_config's model (the draft model's folder)")
     p.add_argument("--spec-tokens", type=int, default=None, help="speculative_config's num_speculative_tokens")
 
+# %% ../nbs/15_cli.ipynb #ca4a0ef8
 def engine_kwargs(ns:argparse.Namespace) -> dict:
     "The EngineArgs keywords (all but `model`) given on the command line; --spec-method/--spec-model/--spec-tokens go into speculative_config."
     from litevllm.config import EngineArgs

@@ -187,7 +187,7 @@ def abort_requests(self:MPClient, request_ids:list[str], status:RequestStatus=Re
         try: self._send(e, EngineCoreRequestType.ABORT, (ids, status.value))
         except EngineDeadError: pass  # a dead engine holds no request any more
 
-# %% ../nbs/10b_core_client.ipynb #d083562c
+# %% ../nbs/10b_core_client.ipynb #9b0a9295
 @patch
 def _receive(self:MPClient, timeout_ms:int) -> EngineCoreOutputs|None|bool:
     "One message: outputs, None (nothing came), or False (woken)."
@@ -229,6 +229,7 @@ def wake(self:MPClient):
     "End a `get_output` waiting in another thread (it returns None)."
     with self.wake_lock: self.wake_send.send(b"")
 
+# %% ../nbs/10b_core_client.ipynb #e906b83f
 @patch
 def call_utility(self:MPClient, method:str, *args, engine:int|None=None):
     "Call `method(*args)` of the engine core (every engine, unless `engine` is given): the first engine's answer."
@@ -310,7 +311,7 @@ class ExternalEngineManager:
         return None
     def shutdown(self, timeout:float=5.0): pass
 
-# %% ../nbs/10b_core_client.ipynb #2c85ef87
+# %% ../nbs/10b_core_client.ipynb #9b20f618
 _RAY_ENV_PREFIXES = ("VLLM_", "LITEVLLM_", "HF_", "TRITON_")  # what the actors take from this process's environment
 
 def _init_ray():
@@ -369,6 +370,7 @@ class RayEngineManager:
         try: ray.wait(self.runs, num_returns=len(self.runs), timeout=timeout)
         except Exception: pass
 
+# %% ../nbs/10b_core_client.ipynb #baaea523
 class _RayEngineCore:
     "A Ray actor: one engine core in the actor's process, until `ray.kill`."
     def where(self) -> dict:

@@ -104,7 +104,7 @@ def add_request(self:LLMEngine, request_id:str, prompt:PromptType, params:Sampli
     "Validate and add one request (on the LoRA adapter `lora_request`, if given); its id (as vLLM, which returns it)."
     return self.add_processed_request(self.process_inputs(request_id, prompt, params, arrival_time, priority, lora_request))
 
-# %% ../nbs/11_engine.ipynb #10c20cc6
+# %% ../nbs/11_engine.ipynb #7442e5e3
 @patch
 def step(self:LLMEngine, stats_observer=None) -> list[RequestOutput]:
     "One engine step: the RequestOutputs it produced. `stats_observer` (e.g. `metrics.IterationStats`) sees each request's news."
@@ -136,6 +136,7 @@ def process_engine_core_outputs(self:LLMEngine, outs:EngineCoreOutputs, stats_ob
     if self.log_stats and time.monotonic() - self._last_log > self.vllm_config.log_stats_interval: self.log_stats_line()
     return proc.request_outputs
 
+# %% ../nbs/11_engine.ipynb #f7a4a54f
 @patch
 def abort_request(self:LLMEngine, request_ids:str|list[str]):
     "Abort requests by id (parents abort all their children); unknown or finished ids are ignored."
@@ -144,6 +145,7 @@ def abort_request(self:LLMEngine, request_ids:str|list[str]):
     self.engine_core.abort_requests(list(request_ids) + ids)
     for r in list(request_ids) + ids: self._scheduled_times.pop(r, None)
 
+# %% ../nbs/11_engine.ipynb #98e2927b
 @patch
 def _note_core_stats(self:LLMEngine, outs:EngineCoreOutputs):
     "Keep each engine's last statistics and free blocks; add up its prefix-cache counters."
@@ -166,6 +168,7 @@ def _add_spec_stats(total:SpecDecodingStats|None, s:SpecDecodingStats) -> SpecDe
         for p, n in enumerate(theirs): mine[p] += n
     return t
 
+# %% ../nbs/11_engine.ipynb #f4fbfa05
 @patch
 def get_engine_stats(self:LLMEngine, take:bool=True) -> dict[int, tuple[SchedulerStats, int]]:
     "Each engine core's statistics (prefix-cache and spec-decode counts since the last call that took them) and free blocks, by engine index."

@@ -210,7 +210,7 @@ def add_idle_families(r:CollectorRegistry, model_name:str, engines:list[str]):
         c = prom.Counter(name, doc, ["model_name", "engine"], registry=r)
         for e in engines: c.labels(model_name, e)
 
-# %% ../nbs/13_metrics.ipynb #4cc8a5f5
+# %% ../nbs/13_metrics.ipynb #e9ed3f94
 @patch
 def record(self:PrometheusStatLogger, scheduler_stats:SchedulerStats|None=None, iteration_stats:IterationStats|None=None,
            num_free_blocks:int|None=None, num_unfinished:int|None=None, engine_index:int|None=None):
@@ -253,6 +253,7 @@ def record(self:PrometheusStatLogger, scheduler_stats:SchedulerStats|None=None, 
         if f.mean_time_per_output_token is not None:
             v.tpot.observe(f.mean_time_per_output_token); v.tpot_v1.observe(f.mean_time_per_output_token)
 
+# %% ../nbs/13_metrics.ipynb #ca30f123
 @patch
 def record_abort(self:PrometheusStatLogger, n:int=1):
     if n: self.request_success.labels(self.model_name, self.engine, "abort").inc(n)

@@ -20,7 +20,7 @@ from .request import FinishReason
 __all__ = ['Logprob', 'CompletionOutput', 'RequestOutput', 'IncrementalDetokenizer', 'check_stop_strings', 'RequestStateStats',
            'RequestState', 'ParentRequest', 'OutputProcessorOutput', 'OutputProcessor']
 
-# %% ../nbs/10_output_processor.ipynb #4bf4a073
+# %% ../nbs/10_output_processor.ipynb #055ce1f8
 @dataclass
 class Logprob:
     "A token's logprob, its rank in the distribution (1 = most likely) and its text."
@@ -28,6 +28,7 @@ class Logprob:
     rank: int|None = None
     decoded_token: str|None = None
 
+# %% ../nbs/10_output_processor.ipynb #03a1e2b2
 class _Raw(str):  # shown as is in a repr
     def __repr__(self): return str(self)
 
@@ -46,6 +47,7 @@ def _short_repr(o, indent:int=0, width:int=100, **fields) -> str:
         else: cur += ("" if cur == name else ", ") + item
     return "\n".join(lines + [cur + ")"])
 
+# %% ../nbs/10_output_processor.ipynb #731b836d
 @dataclass
 class CompletionOutput:
     "One completion of a prompt."
@@ -181,7 +183,7 @@ class RequestState:
             res.append({t: Logprob(l, r, s) for t, l, r, s in zip(ids, lps, [rank, *range(1, n + 1)], decoded)})
         return res
 
-# %% ../nbs/10_output_processor.ipynb #49f07433
+# %% ../nbs/10_output_processor.ipynb #c39f628d
 from fastcore.basics import patch
 
 @patch
@@ -217,6 +219,7 @@ def update(self:RequestState, o:EngineCoreOutput) -> str|None:
         return s
     return None
 
+# %% ../nbs/10_output_processor.ipynb #d305e05d
 @patch
 def make_completion(self:RequestState) -> CompletionOutput|None:
     "This request's CompletionOutput in its output kind (None when there is nothing to send)."

@@ -103,7 +103,7 @@ class ResponsesRequest(OpenAIBaseModel):
 
     def want_logprobs(self) -> bool: return "message.output_text.logprobs" in (self.include or [])
 
-# %% ../nbs/17_responses.ipynb #a62c682e
+# %% ../nbs/17_responses.ipynb #e77beb5e
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
 def _bad(i:int, field:str, msg:str):
@@ -130,6 +130,7 @@ def _last_assistant(msgs:list[dict], key:str) -> dict|None:
     m = msgs[-1] if msgs else None
     return m if m is not None and m["role"] == "assistant" and m.get(key) is None else None
 
+# %% ../nbs/17_responses.ipynb #e050f750
 def input_messages(items:str|list[dict], msgs:list[dict]|None=None) -> list[dict]:
     "Responses input (a string or items) as chat messages, appended to `msgs`."
     msgs = [] if msgs is None else msgs
@@ -208,7 +209,7 @@ class ResponsesStore:
             evicted.append(old_id)
         return evicted
 
-# %% ../nbs/17_responses.ipynb #cb250761
+# %% ../nbs/17_responses.ipynb #858f0071
 def conversation(req:ResponsesRequest, previous:StoredResponse|None=None) -> list[dict]:
     "The chat messages of a request: instructions, the previous response's conversation and output, the new input."
     msgs = [{"role": "system", "content": req.instructions}] if req.instructions else []
@@ -230,6 +231,7 @@ def responses_error(e:APIError) -> APIError:
     if param is not None and param.startswith("tools.") and ".function." in param: param = param.replace(".function.", ".")
     return APIError(msg, e.status, e.type, param)
 
+# %% ../nbs/17_responses.ipynb #51032ef9
 def chat_tool(t:dict) -> dict:
     "A flat Responses function tool as a chat tool."
     return {"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters", "strict") if t.get(k) is not None}}
@@ -267,7 +269,7 @@ def chat_request(st:ServerState, req:ResponsesRequest, messages:list[dict]) -> C
             raise responses_error(APIError(str(own), param=own.parameter)) from None
         raise responses_error(APIError(f"{clean_loc(err['loc'])}: {err['msg']}", param=clean_loc(err["loc"]))) from None
 
-# %% ../nbs/17_responses.ipynb #0607ca31
+# %% ../nbs/17_responses.ipynb #1209c0af
 def _id(prefix:str) -> str: return f"{prefix}_{uuid.uuid4().hex[:16]}"
 
 def output_text(text:str, logprobs:list|None=None) -> dict: return dict(annotations=[], text=text, type="output_text", logprobs=logprobs)
@@ -291,6 +293,7 @@ def output_items(reasoning:str|None, content:str|None, calls:list, logprobs:list
     if content: items.append(message_item(content, logprobs=logprobs))
     return items + [function_call_item(c.name, c.arguments, c.id) for c in calls]
 
+# %% ../nbs/17_responses.ipynb #e77cb434
 def response_usage(n_prompt:int, n_output:int, n_cached:int=0, n_reasoning:int=0) -> dict:
     "vLLM's usage: tokens in and out, the cached prompt tokens and the reasoning tokens (one turn: the per-turn lists are empty)."
     return dict(input_tokens=n_prompt, input_tokens_details=dict(cached_tokens=n_cached, cache_write_tokens=0, input_tokens_per_turn=[],
@@ -310,6 +313,7 @@ def text_config(text:dict|None) -> dict|None:
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema": fmt = dict(description=None, strict=None) | fmt
     return dict(format=fmt, verbosity=text.get("verbosity"))
 
+# %% ../nbs/17_responses.ipynb #7a24c648
 def response_object(req:ResponsesRequest, model:str, created:int, params, status:str, output:list[dict], usage:dict|None=None) -> dict:
     "vLLM's ResponsesResponse for a request: its settings (the sampling values used), the output, status and usage."
     return dict(id=req.request_id, created_at=created,
@@ -400,7 +404,7 @@ class ResponseEvents:
             if tc.function.arguments: evs.extend(self.delta(tc.function.arguments))
         return evs
 
-# %% ../nbs/17_responses.ipynb #848b9f85
+# %% ../nbs/17_responses.ipynb #53baab26
 def _engine_id(req:ResponsesRequest) -> str:
     "The engine's request id: the response's, made unique (a client may send the same `request_id` twice)."
     return f"{req.request_id}-{uuid.uuid4().hex[:8]}"
@@ -413,6 +417,7 @@ def _lps(st:ServerState, chat_req:ChatCompletionRequest, c) -> list|None:
     if not chat_req.logprobs or c.logprobs is None: return None
     return chat_logprobs(st.tokenizer, c.token_ids, c.logprobs, chat_req.top_logprobs or 0, st.as_ids(chat_req))["content"]
 
+# %% ../nbs/17_responses.ipynb #3555d6cc
 async def response_full(st:ServerState, req:ResponsesRequest, chat_req:ChatCompletionRequest, prompt, params, model:str, created:int) -> dict:
     "Generate a whole response: the response object (status completed or incomplete)."
     final = None
