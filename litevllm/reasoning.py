@@ -18,7 +18,7 @@ __all__ = ['make_tool_call_id', 'FunctionCall', 'ToolCall', 'DeltaFunctionCall',
            'DeltaMessage', 'ReasoningEnd', 'ReasoningParser', 'ReasoningParserManager', 'DeepSeekR1ReasoningParser',
            'Qwen3ReasoningParser']
 
-# %% ../nbs/03a_reasoning.ipynb #2a1e83fa
+# %% ../nbs/03a_reasoning.ipynb #98218e01
 class _OpenAIModel(BaseModel):
     "OpenAI's objects accept fields they do not know (vLLM's `OpenAIBaseModel`)."
     model_config = ConfigDict(extra="allow")
@@ -38,6 +38,7 @@ class ToolCall(_OpenAIModel):
     type: Literal["function"] = "function"
     function: FunctionCall
 
+# %% ../nbs/03a_reasoning.ipynb #6f0c3d44
 class DeltaFunctionCall(BaseModel):
     name: str|None = None
     arguments: str|None = None  # the next piece of the arguments' JSON text

@@ -160,7 +160,7 @@ def input_messages(items:str|list[dict], msgs:list[dict]|None=None) -> list[dict
         else: _bad(i, "type", f"Unsupported input item type: {kind}")
     return msgs
 
-# %% ../nbs/17_responses.ipynb #d6a7d960
+# %% ../nbs/17_responses.ipynb #9a15b874
 @dataclasses.dataclass
 class StoredResponse:
     "One stored response: what GET returns, and the conversation the next turn continues."
@@ -173,6 +173,7 @@ class StoredResponse:
     @property
     def running(self) -> bool: return self.response["status"] in ("queued", "in_progress")
 
+# %% ../nbs/17_responses.ipynb #4f13738f
 class ResponsesStore:
     "Stored responses by id, in memory: at most `max_size`, the least recently used evicted first."
     def __init__(self, max_size:int=1024):
@@ -417,7 +418,7 @@ def _lps(st:ServerState, chat_req:ChatCompletionRequest, c) -> list|None:
     if not chat_req.logprobs or c.logprobs is None: return None
     return chat_logprobs(st.tokenizer, c.token_ids, c.logprobs, chat_req.top_logprobs or 0, st.as_ids(chat_req))["content"]
 
-# %% ../nbs/17_responses.ipynb #3555d6cc
+# %% ../nbs/17_responses.ipynb #83f67ead
 async def response_full(st:ServerState, req:ResponsesRequest, chat_req:ChatCompletionRequest, prompt, params, model:str, created:int) -> dict:
     "Generate a whole response: the response object (status completed or incomplete)."
     final = None
@@ -436,6 +437,7 @@ async def response_full(st:ServerState, req:ResponsesRequest, chat_req:ChatCompl
     usage = response_usage(len(final.prompt_token_ids), len(c.token_ids), final.num_cached_tokens or 0, _reasoning_tokens(st, reasoning))
     return response_object(req, model, created, params, response_status(c.finish_reason), output, usage)
 
+# %% ../nbs/17_responses.ipynb #82688d13
 async def response_events(st:ServerState, req:ResponsesRequest, chat_req:ChatCompletionRequest, prompt, params, model:str,
                           created:int) -> AsyncIterator[dict]:
     "Stream a response: its events as dicts, `response.completed` (with the whole response) last."

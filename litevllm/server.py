@@ -75,7 +75,7 @@ def error_response(message:str, status:int=400, type:str="BadRequestError", para
 _STATUS_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 405: "MethodNotAllowedError",
                  500: "InternalServerError", 503: "ServiceUnavailableError"}
 
-# %% ../nbs/16_server.ipynb #3321c216
+# %% ../nbs/16_server.ipynb #5df58023
 def sanitize_message(message:str) -> str:
     "vLLM's: no memory addresses, traceback lines or file paths in an error message."
     message = re.sub(r" at 0x[0-9a-fA-F]+>", ">", message)
@@ -84,6 +84,7 @@ def sanitize_message(message:str) -> str:
     message = re.sub(r"(?:/[\w\-]+)+/[\w\-]+\.\w+", "<path>", message)
     return message.strip()
 
+# %% ../nbs/16_server.ipynb #b67deebc
 def _short_input(v):
     if isinstance(v, str): return v if len(v) <= 200 else v[:200] + "...[truncated]"
     if isinstance(v, (bytes, bytearray)): return f"<{type(v).__name__} of {len(v)} bytes>"
@@ -309,7 +310,7 @@ class DetokenizeRequest(OpenAIBaseModel):
     model: str|None = None
     tokens: list[Annotated[int, Field(ge=0, le=_INT64_MAX)]]
 
-# %% ../nbs/16_server.ipynb #d2b4813b
+# %% ../nbs/16_server.ipynb #653ffdf8
 class JsonSchemaResponseFormat(BaseModel):
     "OpenAI's `response_format.json_schema` (the schema is in `schema`)."
     model_config = ConfigDict(extra="allow", populate_by_name=True)
@@ -323,6 +324,7 @@ class ResponseFormat(BaseModel):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaResponseFormat|None = None
 
+# %% ../nbs/16_server.ipynb #f39b059a
 def structured_outputs_from_request(req:SamplingFields) -> StructuredOutputsParams|None:
     "The request's StructuredOutputsParams from `structured_outputs` and `response_format` (APIError 400 if invalid)."
     so, field = req.structured_outputs, "structured_outputs"
@@ -385,7 +387,7 @@ def to_sampling_params(req:SamplingFields, max_tokens:int|None, logprobs:int|Non
         include_stop_str_in_output=req.include_stop_str_in_output, logit_bias=logit_bias_ids(req.logit_bias), allowed_token_ids=req.allowed_token_ids,
         output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY, structured_outputs=structured_outputs_from_request(req))
 
-# %% ../nbs/16_server.ipynb #96d730b3
+# %% ../nbs/16_server.ipynb #c47c1c67
 def max_chars_per_token(tokenizer) -> int:
     "The most characters one token can decode to: the longest vocabulary entry (a byte-level token is at least as long as its text)."
     return max(map(len, tokenizer.get_vocab()))
@@ -411,6 +413,7 @@ def truncate_ids(ids:list[int], keep:int|None, side:str|None=None) -> list[int]:
     if keep == 0: return []
     return ids[:keep] if side == "right" else ids[-keep:]
 
+# %% ../nbs/16_server.ipynb #bc45699c
 def check_max_tokens(max_tokens:int|None, max_model_len:int, tokens_field:str):
     "vLLM's renderer refuses a max_tokens above the context length itself (a smaller one is capped later)."
     if max_tokens is not None and max_tokens > max_model_len:
@@ -460,7 +463,7 @@ def add_limit_args(p:argparse.ArgumentParser):
         p.add_argument("--" + f.name.replace("_", "-"), type=int, default=f.default,
                        help=f"a request limit (default: {'none' if f.default is None else f.default})")
 
-# %% ../nbs/16_server.ipynb #4ad3f333
+# %% ../nbs/16_server.ipynb #fc4ee109
 def _over(field:str, what:str, flag:str) -> APIError:
     return APIError(f"{field}: {what} (the server's limit, {flag})", param=field)
 
@@ -479,6 +482,7 @@ def check_logprobs_limit(field:str, v, max_logprobs:int, vocab_size:int):
         kind, param = ("prompt logprobs", field) if field == "prompt_logprobs" else ("sample logprobs", "logprobs")  # chat's top_logprobs is the engine's logprobs
         raise invalid(f"Requested {kind} of {n}, which is greater than max allowed: {top}", param, n)
 
+# %% ../nbs/16_server.ipynb #e804ef42
 def check_limits(req:SamplingFields, lim:ServerLimits, max_num_seqs:int, max_logprobs:int, n_prompts:int=1, vocab_size:int=2**31):
     "APIError (400, `param` the field) for the first limit the request is over."
     if req.n * n_prompts > (cap := lim.n_cap(max_num_seqs)):
@@ -649,7 +653,7 @@ class ServerGuard:
         try: await self.app(scope, receive, send)
         finally: st.in_flight -= 1
 
-# %% ../nbs/16_server.ipynb #9e54765f
+# %% ../nbs/16_server.ipynb #d0b26f6b
 class ClientDisconnected(Exception): pass
 
 async def run_until_disconnect(request:Request, coro):
@@ -667,6 +671,7 @@ async def run_until_disconnect(request:Request, coro):
     with contextlib.suppress(asyncio.CancelledError, Exception): await work
     raise ClientDisconnected()
 
+# %% ../nbs/16_server.ipynb #bf37b8cf
 async def merge_async_iterators(*iterators) -> AsyncIterator[tuple[int, Any]]:
     "(index, item) from several async iterators as the items come."
     if len(iterators) == 1:
@@ -831,7 +836,7 @@ def load_prompt_embeds(st:ServerState, data:bytes|str) -> torch.Tensor:
     if not torch.isfinite(t).all(): raise invalid("`prompt_embeds` contains NaN or infinite values.", "prompt_embeds")
     return t
 
-# %% ../nbs/16_server.ipynb #0c031a54
+# %% ../nbs/16_server.ipynb #a2f66e4c
 def _prompts(prompt) -> list[str|list[int]]:
     if prompt is None or prompt == "": return []
     if isinstance(prompt, str): return [prompt]
@@ -848,6 +853,7 @@ def tokenize_prompt(st:ServerState, text:str, add_special_tokens:bool, keep:int|
     ids = st.tokenizer(text, add_special_tokens=add_special_tokens).input_ids
     return truncate_ids(ids, keep, side), trimmed or (keep is not None and keep < len(ids))
 
+# %% ../nbs/16_server.ipynb #3572d69d
 def prepare_completion(st:ServerState, req:CompletionRequest):
     "[(engine prompt, SamplingParams, prompt text)] for each prompt of a completions request (APIError if invalid)."
     if req.suffix is not None: raise APIError("suffix is only supported for models with FIM completion rendering", param="suffix")
@@ -900,7 +906,7 @@ async def _final(st, req, prompt, params, rid:str):
     raise_on_engine_error(final)
     return final
 
-# %% ../nbs/16_server.ipynb #8916ee27
+# %% ../nbs/16_server.ipynb #7e964786
 async def completion_full(st:ServerState, req:CompletionRequest, prepared, rid:str, model:str) -> dict:
     finals = await asyncio.gather(*[_final(st, req, p, sp, f"{rid}-{i}") for i, (p, sp, _) in enumerate(prepared)])
     choices, n_prompt, n_gen = [], 0, 0
@@ -915,6 +921,7 @@ async def completion_full(st:ServerState, req:CompletionRequest, prepared, rid:s
                 system_fingerprint=st.system_fingerprint, usage=usage(n_prompt, n_gen, _cached(st, finals[0])),
                 kv_transfer_params=None, ec_transfer_params=None, metrics=None)
 
+# %% ../nbs/16_server.ipynb #d9766e85
 async def completion_stream(st:ServerState, req:CompletionRequest, prepared, rid:str, model:str):
     "vLLM's completion stream: a chunk per choice per step, the prompt (echo) or its ids in a choice's first chunk, then usage."
     created = int(time.time())
@@ -950,7 +957,7 @@ async def completion_stream(st:ServerState, req:CompletionRequest, prepared, rid
     except (EngineDeadError, EngineGenerateError, ValueError) as e: yield sse(_error_obj(e))
     yield SSE_DONE
 
-# %% ../nbs/16_server.ipynb #52d4c21d
+# %% ../nbs/16_server.ipynb #169c3cb8
 def _chat_messages(messages:list[dict]) -> list[dict]:
     res = []
     for i, m in enumerate(messages):
@@ -978,6 +985,7 @@ def render_chat(st:ServerState, messages:list[dict], chat_template:str|None, add
     except APIError: raise
     except Exception as e: raise APIError(f"messages: could not apply the chat template: {e}", param="messages")
 
+# %% ../nbs/16_server.ipynb #8921affb
 def prepare_chat(st:ServerState, req:ChatCompletionRequest):
     "(engine prompt, SamplingParams) for a chat request (APIError if invalid)."
     tools = check_tool_choice(st, req)
@@ -1039,7 +1047,7 @@ def _chat_lps(st, req, c):
     if not req.logprobs or c.logprobs is None: return None
     return chat_logprobs(st.tokenizer, c.token_ids, c.logprobs, req.top_logprobs or 0, st.as_ids(req))
 
-# %% ../nbs/16_server.ipynb #b4794399
+# %% ../nbs/16_server.ipynb #95805923
 async def chat_full(st:ServerState, req:ChatCompletionRequest, prompt, params, rid:str, model:str) -> dict:
     final = await _final(st, req, prompt, params, rid)
     prefix = echo_text(req)
@@ -1051,6 +1059,7 @@ async def chat_full(st:ServerState, req:ChatCompletionRequest, prompt, params, r
                 prompt_token_ids=final.prompt_token_ids if req.return_token_ids else None, prompt_text=None,
                 kv_transfer_params=None, ec_transfer_params=None, metrics=None)
 
+# %% ../nbs/16_server.ipynb #e62e6620
 async def chat_stream(st:ServerState, req:ChatCompletionRequest, prompt, params, rid:str, model:str):
     "vLLM's chat stream: the role first, then a delta per step; the finish chunk carries stop_reason; then usage if asked."
     created = int(time.time())
@@ -1104,7 +1113,7 @@ def echo_text(req:ChatCompletionRequest) -> str:
     c = req.messages[-1].get("content") or ""
     return "\n".join(p.get("text", "") for p in c) if isinstance(c, list) else str(c)
 
-# %% ../nbs/16_server.ipynb #165a4491
+# %% ../nbs/16_server.ipynb #8b8ee3ac
 @dataclasses.dataclass
 class LoRAModulePath:
     "One --lora-modules entry (vLLM's name and fields)."
@@ -1127,6 +1136,7 @@ class LoRAParserAction(argparse.Action):
                 except TypeError as ex: parser.error(f"Invalid fields for --lora-modules: {item} - {ex}")
         setattr(namespace, self.dest, mods)
 
+# %% ../nbs/16_server.ipynb #7638e2f4
 def runtime_lora_updating() -> bool:
     "vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load/unload routes exist only when it is true."
     return os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0").strip().lower() in ("1", "true")
@@ -1146,7 +1156,7 @@ def register_lora_modules(st:ServerState, modules:list[LoRAModulePath]):
         st.engine.engine.input_processor._validate_lora(lr)
         st.loras[m.name] = lr
 
-# %% ../nbs/16_server.ipynb #414ae031
+# %% ../nbs/16_server.ipynb #ca0d23d5
 class LoadLoRAAdapterRequest(BaseModel):
     lora_name: str
     lora_path: str
@@ -1157,6 +1167,7 @@ class UnloadLoRAAdapterRequest(BaseModel):
     lora_name: str
     lora_int_id: int|None = None
 
+# %% ../nbs/16_server.ipynb #70fd2320
 def _add_lora_routes(app:FastAPI, st:ServerState):
     "POST /v1/load_lora_adapter and /v1/unload_lora_adapter, with vLLM's checks, answers and errors."
     from litevllm.lora.request import LoRARequest

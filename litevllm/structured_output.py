@@ -78,7 +78,7 @@ def validate_structured_output(params:StructuredOutputsParams) -> None:
         try: xgr.Grammar.from_ebnf(spec)
         except Exception as e: raise err("invalid grammar", _xgr_message(e)) from None
 
-# %% ../nbs/04a_structured_output.ipynb #4cc1f7e8
+# %% ../nbs/04a_structured_output.ipynb #46206220
 @dataclass
 class XgrammarGrammar:
     "One request's grammar state: an xgrammar matcher and the tokens it has accepted."
@@ -108,6 +108,7 @@ class XgrammarGrammar:
     def is_terminated(self) -> bool: return self._is_terminated
     def reset(self): self.matcher.reset(); self.num_processed_tokens, self._is_terminated = 0, False
 
+# %% ../nbs/04a_structured_output.ipynb #773e566a
 class XgrammarBackend:
     "Compiles constraints against one tokenizer's vocabulary (with xgrammar's own cache) and makes per-request matchers."
     def __init__(self, tokenizer, vocab_size:int, max_threads:int=1):

@@ -20,7 +20,7 @@ __all__ = ['check_tool_usage', 'check_tools', 'get_json_schema_from_tools', 'Too
            'stream_json_calls', 'merge_tool_deltas', 'partial_tag_overlap', 'Hermes2ProToolParser',
            'Llama3JsonToolParser', 'array_item_texts', 'ChatParser']
 
-# %% ../nbs/15a_tool_parsers.ipynb #d03767e8
+# %% ../nbs/15a_tool_parsers.ipynb #1d73157e
 _CORRECT_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
 
 def _tool_function(tool:Any) -> dict:
@@ -52,6 +52,7 @@ def check_tool_usage(tools:list|None, tool_choice:Any) -> Any:
             raise VLLMValidationError("The tool specified in `tool_choice` does not match any of the specified `tools`", parameter="tool_choice")
     return tool_choice
 
+# %% ../nbs/15a_tool_parsers.ipynb #93d5981b
 def check_tools(tools:list|None):
     "What vLLM leaves to a later failure: duplicate names, and `parameters` that is not a JSON-schema object."
     seen = set()
@@ -91,7 +92,7 @@ def get_json_schema_from_tools(tool_choice:Any, tools:list|None, parallel_tool_c
     if defs: schema["$defs"] = defs
     return schema
 
-# %% ../nbs/15a_tool_parsers.ipynb #e8aae64e
+# %% ../nbs/15a_tool_parsers.ipynb #f31ed8d2
 class ToolParser:
     "vLLM's base: one per request; `extract_tool_calls` for a whole output, `extract_tool_calls_streaming` step by step."
     def __init__(self, tokenizer, tools:list|None=None):
@@ -112,6 +113,7 @@ class ToolParser:
                                      current_token_ids:Sequence[int], delta_token_ids:Sequence[int], request=None) -> DeltaMessage|None:
         raise NotImplementedError
 
+# %% ../nbs/15a_tool_parsers.ipynb #62e777a7
 class ToolParserManager:
     "vLLM's registry: `--tool-call-parser NAME` -> a ToolParser class."
     tool_parsers: dict[str, type[ToolParser]] = {}
@@ -195,13 +197,14 @@ def merge_tool_deltas(deltas:list[DeltaToolCall]) -> list[DeltaToolCall]:
         else: res.append(d)
     return res
 
-# %% ../nbs/15a_tool_parsers.ipynb #5ce54f01
+# %% ../nbs/15a_tool_parsers.ipynb #832ec98b
 def partial_tag_overlap(text:str, tag:str) -> int:
     "How many characters at the end of `text` could be the start of `tag` ('...<tool_' and '<tool_call>' -> 6)."
     for k in range(min(len(tag) - 1, len(text)), 0, -1):
         if text.endswith(tag[:k]): return k
     return 0
 
+# %% ../nbs/15a_tool_parsers.ipynb #038230e9
 @ToolParserManager.register_module("hermes")
 class Hermes2ProToolParser(ToolParser):
     "`<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>`, one block per call."

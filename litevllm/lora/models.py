@@ -33,7 +33,7 @@ def lora_loop_ref(y:torch.Tensor,        # (tokens, out): the base linear's outp
         y[m] += (x[m] @ lora_a[i]) @ lora_b[i]
     return y
 
-# %% ../../nbs/06a_lora.ipynb #be92814a
+# %% ../../nbs/06a_lora.ipynb #c487de5a
 class LoRAMapping:
     "One step's token -> slot layout, built once and read by every LoRA linear: tokens grouped by slot (SGMV's order)."
     def __init__(self, token_slots:np.ndarray,  # (tokens,) slot of each token of the flat batch, -1: base
@@ -61,6 +61,7 @@ class LoRAMapping:
         self.inv = t(inv)                                                   # ...a zero row (see lora_grouped)
         self.sorted_token_ids, self.counts, self.starts = t(order), counts, starts  # the Triton kernel's view (kernels/lora.py)
 
+# %% ../../nbs/06a_lora.ipynb #152f4716
 def lora_grouped(y, x, lora_a, lora_b, m:LoRAMapping):
     "y += (x A_i^T)(s B_i)^T per token by slot: tokens grouped by slot, two bmm over the padded groups, rows gathered back (SGMV in torch)."
     a, b = (lora_a, lora_b) if m.all_slots else (lora_a.index_select(0, m.slots), lora_b.index_select(0, m.slots))
@@ -86,7 +87,7 @@ def lora_gather(y, x, lora_a, lora_b, m:LoRAMapping):
     s = torch.bmm(x.unsqueeze(1), lora_a.index_select(0, i)) * lora.view(-1, 1, 1)   # (tokens, 1, R)
     return y.add_(torch.bmm(s, lora_b.index_select(0, i)).squeeze(1))
 
-# %% ../../nbs/06a_lora.ipynb #342c0728
+# %% ../../nbs/06a_lora.ipynb #f8b0b20d
 class PunicaWrapper:
     "The step's mapping, shared by every LoRA layer of the model (vLLM's name); it runs the batched adapter matmul."
     def __init__(self, num_slots:int, device:torch.device):
@@ -111,6 +112,7 @@ class PunicaWrapper:
             return lora_sgmv(y, x, lora_a, lora_b, self.sgmv_meta)
         return lora_grouped(y, x, lora_a, lora_b, m)
 
+# %% ../../nbs/06a_lora.ipynb #3c8c35f3
 class LinearWithLoRA(nn.Module):
     "A model linear plus every slot's adapter on it: y = base(x) + scale * (x A_i^T) B_i^T by each token's slot."
     def __init__(self, base:nn.Module, in_features:int, slice_sizes:list[int], max_loras:int, max_lora_rank:int, punica:PunicaWrapper,
