@@ -15,6 +15,7 @@ from .sampling_params import SamplingParams
 from .exceptions import VLLMValidationError
 from .lora.request import LoRARequest
 from .lora.peft_helper import check_lora
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['PromptType', 'get_tokenizer', 'TextPrompt', 'TokensPrompt', 'EmbedsPrompt', 'EngineCoreRequest', 'InputProcessor',
@@ -65,100 +66,109 @@ class InputProcessor:
         self.vocab_size = max(len(tokenizer), getattr(vllm_config.hf_config, "vocab_size", 0))
         self.eos_token_id = self._eos_token_id()
 
-    def _eos_token_id(self) -> int|None:
-        gen = self.config.model_path/"generation_config.json"
-        if gen.exists():  # the generation config's EOS is the one transformers' generate stops at
-            import json
-            eos = json.loads(gen.read_text()).get("eos_token_id")
-            if isinstance(eos, list): eos = eos[0] if eos else None
-            if eos is not None: return eos
-        return self.tokenizer.eos_token_id
+# %% ../nbs/02_inputs.ipynb #526d05e6
+@patch
+def _eos_token_id(self:InputProcessor) -> int|None:
+    gen = self.config.model_path/"generation_config.json"
+    if gen.exists():  # the generation config's EOS is the one transformers' generate stops at
+        import json
+        eos = json.loads(gen.read_text()).get("eos_token_id")
+        if isinstance(eos, list): eos = eos[0] if eos else None
+        if eos is not None: return eos
+    return self.tokenizer.eos_token_id
 
-    def tokenize(self, prompt:PromptType) -> tuple[list[int], str|None, str|None]:
-        "(token ids, prompt text or None, cache salt or None) for any prompt form."
-        if isinstance(prompt, str): prompt = {"prompt": prompt}
-        if not isinstance(prompt, dict):
-            raise VLLMValidationError(f"prompt must be a str, a {{'prompt': str}} or a {{'prompt_token_ids': [...]}} dict, got {type(prompt).__name__}",
-                                      parameter="prompt", value=prompt)
-        salt = prompt.get("cache_salt")
-        if "prompt_token_ids" in prompt:
-            ids = prompt["prompt_token_ids"]
-            if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-                raise VLLMValidationError("prompt_token_ids must be a list of integers", parameter="prompt_token_ids", value=ids)
-            return list(ids), prompt.get("prompt"), salt
-        if "prompt" in prompt:
-            text = prompt["prompt"]
-            if not isinstance(text, str): raise VLLMValidationError(f"prompt must be a string, got {type(text).__name__}", parameter="prompt", value=text)
-            return self.tokenizer(text).input_ids, text, salt
-        if "prompt_embeds" in prompt: raise VLLMValidationError("a prompt_embeds prompt has no token ids to give", parameter="prompt_embeds")
-        raise VLLMValidationError("prompt dict needs a 'prompt' or a 'prompt_token_ids' key", parameter="prompt", value=prompt)
+@patch
+def tokenize(self:InputProcessor, prompt:PromptType) -> tuple[list[int], str|None, str|None]:
+    "(token ids, prompt text or None, cache salt or None) for any prompt form."
+    if isinstance(prompt, str): prompt = {"prompt": prompt}
+    if not isinstance(prompt, dict):
+        raise VLLMValidationError(f"prompt must be a str, a {{'prompt': str}} or a {{'prompt_token_ids': [...]}} dict, got {type(prompt).__name__}",
+                                  parameter="prompt", value=prompt)
+    salt = prompt.get("cache_salt")
+    if "prompt_token_ids" in prompt:
+        ids = prompt["prompt_token_ids"]
+        if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise VLLMValidationError("prompt_token_ids must be a list of integers", parameter="prompt_token_ids", value=ids)
+        return list(ids), prompt.get("prompt"), salt
+    if "prompt" in prompt:
+        text = prompt["prompt"]
+        if not isinstance(text, str): raise VLLMValidationError(f"prompt must be a string, got {type(text).__name__}", parameter="prompt", value=text)
+        return self.tokenizer(text).input_ids, text, salt
+    if "prompt_embeds" in prompt: raise VLLMValidationError("a prompt_embeds prompt has no token ids to give", parameter="prompt_embeds")
+    raise VLLMValidationError("prompt dict needs a 'prompt' or a 'prompt_token_ids' key", parameter="prompt", value=prompt)
 
-    def process_inputs(self, request_id:str, prompt:PromptType, params:SamplingParams,
-                       arrival_time:float|None=None, priority:int=0, lora_request:LoRARequest|None=None) -> EngineCoreRequest:
-        "Tokenize and validate one prompt."
-        if not isinstance(params, SamplingParams): raise VLLMValidationError(f"sampling_params must be a SamplingParams, got {type(params).__name__}", parameter="sampling_params")
-        if not isinstance(priority, int): raise VLLMValidationError(f"priority must be an integer, got {priority!r}", parameter="priority", value=priority)
-        if priority != 0 and self.config.scheduling_policy != "priority":
-            raise VLLMValidationError(f"priority {priority} given, but the scheduling_policy is {self.config.scheduling_policy!r} (use 'priority')",
-                                      parameter="priority", value=priority)
-        self._validate_lora(lora_request)
-        embeds = None
-        if isinstance(prompt, dict) and "prompt_embeds" in prompt:
-            embeds = self._process_embeds(prompt)
-            ids, text, salt = [0] * len(embeds), None, prompt.get("cache_salt")  # placeholder ids, as vLLM's
-        else: ids, text, salt = self.tokenize(prompt)
-        self._validate(ids, params)
-        if -1 in (params.logprobs, params.prompt_logprobs):  # vLLM's -1: the whole vocabulary (a copy: the caller's params stay as given)
-            params = params.clone()
-            if params.logprobs == -1: params.logprobs = self.vocab_size
-            if params.prompt_logprobs == -1: params.prompt_logprobs = self.vocab_size
-        if embeds is not None and params.prompt_logprobs is not None:  # no prompt tokens to score (vLLM's server refuses it too)
-            raise VLLMValidationError("prompt_logprobs is not compatible with prompt embeds.")  # vLLM's words, no parameter
-        return EngineCoreRequest(request_id, ids, params, self.eos_token_id, arrival_time or time.time(), priority, text, salt, embeds,
-                                 lora_request)
+# %% ../nbs/02_inputs.ipynb #4b399631
+@patch
+def process_inputs(self:InputProcessor, request_id:str, prompt:PromptType, params:SamplingParams,
+                   arrival_time:float|None=None, priority:int=0, lora_request:LoRARequest|None=None) -> EngineCoreRequest:
+    "Tokenize and validate one prompt."
+    if not isinstance(params, SamplingParams): raise VLLMValidationError(f"sampling_params must be a SamplingParams, got {type(params).__name__}", parameter="sampling_params")
+    if not isinstance(priority, int): raise VLLMValidationError(f"priority must be an integer, got {priority!r}", parameter="priority", value=priority)
+    if priority != 0 and self.config.scheduling_policy != "priority":
+        raise VLLMValidationError(f"priority {priority} given, but the scheduling_policy is {self.config.scheduling_policy!r} (use 'priority')",
+                                  parameter="priority", value=priority)
+    self._validate_lora(lora_request)
+    embeds = None
+    if isinstance(prompt, dict) and "prompt_embeds" in prompt:
+        embeds = self._process_embeds(prompt)
+        ids, text, salt = [0] * len(embeds), None, prompt.get("cache_salt")  # placeholder ids, as vLLM's
+    else: ids, text, salt = self.tokenize(prompt)
+    self._validate(ids, params)
+    if -1 in (params.logprobs, params.prompt_logprobs):  # vLLM's -1: the whole vocabulary (a copy: the caller's params stay as given)
+        params = params.clone()
+        if params.logprobs == -1: params.logprobs = self.vocab_size
+        if params.prompt_logprobs == -1: params.prompt_logprobs = self.vocab_size
+    if embeds is not None and params.prompt_logprobs is not None:  # no prompt tokens to score (vLLM's server refuses it too)
+        raise VLLMValidationError("prompt_logprobs is not compatible with prompt embeds.")  # vLLM's words, no parameter
+    return EngineCoreRequest(request_id, ids, params, self.eos_token_id, arrival_time or time.time(), priority, text, salt, embeds,
+                             lora_request)
 
-    def _process_embeds(self, prompt:dict) -> torch.Tensor:
-        "An embeds prompt's tensor, checked as vLLM checks it, on the CPU in the model's dtype."
-        if not self.config.enable_prompt_embeds:
-            raise VLLMValidationError("You must set `--enable-prompt-embeds` to input `prompt_embeds`.", parameter="prompt_embeds")
-        if "prompt_token_ids" in prompt:
-            raise VLLMValidationError("prompt_embeds cannot be combined with prompt_token_ids", parameter="prompt_embeds")
-        e = prompt["prompt_embeds"]
-        if not isinstance(e, torch.Tensor):
-            raise VLLMValidationError(f"prompt_embeds must be a torch.Tensor, got {type(e).__name__}", parameter="prompt_embeds")
-        if e.ndim == 3: e = e.squeeze(0)  # a batch of one: unambiguous
-        if e.ndim != 2:
-            raise VLLMValidationError("prompt_embeds must be of shape (seq_len, hidden_size).", parameter="prompt_embeds", value=tuple(e.shape))
-        hidden, dtype = self.config.hf_config.hidden_size, self.config.dtype
-        if e.shape[1] != hidden:
-            raise VLLMValidationError(f"`prompt_embeds` hidden_size {e.shape[1]} does not match the model's hidden_size {hidden}.", parameter="prompt_embeds")
-        if not e.is_floating_point():
-            raise VLLMValidationError(f"`prompt_embeds` dtype {e.dtype} is not a floating-point type, cannot safely cast to the model's dtype {dtype}.",
-                                      parameter="prompt_embeds")
-        return e.detach().to("cpu", dtype).contiguous()  # on the CPU for the trip to the engine core, as vLLM
+# %% ../nbs/02_inputs.ipynb #9e7cbeda
+@patch
+def _process_embeds(self:InputProcessor, prompt:dict) -> torch.Tensor:
+    "An embeds prompt's tensor, checked as vLLM checks it, on the CPU in the model's dtype."
+    if not self.config.enable_prompt_embeds:
+        raise VLLMValidationError("You must set `--enable-prompt-embeds` to input `prompt_embeds`.", parameter="prompt_embeds")
+    if "prompt_token_ids" in prompt:
+        raise VLLMValidationError("prompt_embeds cannot be combined with prompt_token_ids", parameter="prompt_embeds")
+    e = prompt["prompt_embeds"]
+    if not isinstance(e, torch.Tensor):
+        raise VLLMValidationError(f"prompt_embeds must be a torch.Tensor, got {type(e).__name__}", parameter="prompt_embeds")
+    if e.ndim == 3: e = e.squeeze(0)  # a batch of one: unambiguous
+    if e.ndim != 2:
+        raise VLLMValidationError("prompt_embeds must be of shape (seq_len, hidden_size).", parameter="prompt_embeds", value=tuple(e.shape))
+    hidden, dtype = self.config.hf_config.hidden_size, self.config.dtype
+    if e.shape[1] != hidden:
+        raise VLLMValidationError(f"`prompt_embeds` hidden_size {e.shape[1]} does not match the model's hidden_size {hidden}.", parameter="prompt_embeds")
+    if not e.is_floating_point():
+        raise VLLMValidationError(f"`prompt_embeds` dtype {e.dtype} is not a floating-point type, cannot safely cast to the model's dtype {dtype}.",
+                                  parameter="prompt_embeds")
+    return e.detach().to("cpu", dtype).contiguous()  # on the CPU for the trip to the engine core, as vLLM
 
-    def _validate(self, ids:list[int], params:SamplingParams):
-        "vLLM's checks, in vLLM 0.32's words: the prompt's ids and length, then the ids and counts the sampling params name."
-        n, L, V = len(ids), self.config.max_model_len, self.vocab_size
-        if not ids: raise VLLMValidationError("The decoder prompt cannot be empty")
-        if min(ids) < 0: raise VLLMValidationError(f"Token id {min(ids)} is out of vocabulary")
-        if max(ids) >= V: raise VLLMValidationError(f"Token id {max(ids)} is out of vocabulary")
-        if n > L:
-            raise VLLMValidationError(f"The decoder prompt (length {n}) is longer than the maximum model length of {L}. "
-                                      f"Make sure that `max_model_len` is no smaller than the number of text tokens.")
-        if n == L:  # no room for the one token a request must generate
-            raise VLLMValidationError(f"The decoder prompt (length {n}) plus the number of requested output tokens (at least 1) is longer than the "
-                                      f"maximum model length of {L}. Make sure that `max_model_len` is no smaller than the number of text tokens "
-                                      f"(prompt + requested output tokens).")
-        top = V if self.config.max_logprobs == -1 else self.config.max_logprobs
-        for name, kind in (("logprobs", "sample logprobs"), ("prompt_logprobs", "prompt logprobs")):
-            if (k := getattr(params, name)) and (k := V if k == -1 else k) > top:
-                raise VLLMValidationError(f"Requested {kind} of {k}, which is greater than max allowed: {top}", parameter=name, value=k)
-        for name in ("stop_token_ids", "logit_bias"):
-            if bad := [t for t in (getattr(params, name) or []) if not 0 <= t < V]:
-                raise VLLMValidationError(f"token_id(s) {bad} in {name} contain out-of-vocab token ids. Vocabulary size: {V}", parameter=name, value=bad)
-        if bad := [t for t in (params.allowed_token_ids or []) if not 0 <= t < V]:
-            raise VLLMValidationError("allowed_token_ids contains out-of-vocab token id!", parameter="allowed_token_ids", value=bad)
+# %% ../nbs/02_inputs.ipynb #37592c2b
+@patch
+def _validate(self:InputProcessor, ids:list[int], params:SamplingParams):
+    "vLLM's checks, in vLLM 0.32's words: the prompt's ids and length, then the ids and counts the sampling params name."
+    n, L, V = len(ids), self.config.max_model_len, self.vocab_size
+    if not ids: raise VLLMValidationError("The decoder prompt cannot be empty")
+    if min(ids) < 0: raise VLLMValidationError(f"Token id {min(ids)} is out of vocabulary")
+    if max(ids) >= V: raise VLLMValidationError(f"Token id {max(ids)} is out of vocabulary")
+    if n > L:
+        raise VLLMValidationError(f"The decoder prompt (length {n}) is longer than the maximum model length of {L}. "
+                                  f"Make sure that `max_model_len` is no smaller than the number of text tokens.")
+    if n == L:  # no room for the one token a request must generate
+        raise VLLMValidationError(f"The decoder prompt (length {n}) plus the number of requested output tokens (at least 1) is longer than the "
+                                  f"maximum model length of {L}. Make sure that `max_model_len` is no smaller than the number of text tokens "
+                                  f"(prompt + requested output tokens).")
+    top = V if self.config.max_logprobs == -1 else self.config.max_logprobs
+    for name, kind in (("logprobs", "sample logprobs"), ("prompt_logprobs", "prompt logprobs")):
+        if (k := getattr(params, name)) and (k := V if k == -1 else k) > top:
+            raise VLLMValidationError(f"Requested {kind} of {k}, which is greater than max allowed: {top}", parameter=name, value=k)
+    for name in ("stop_token_ids", "logit_bias"):
+        if bad := [t for t in (getattr(params, name) or []) if not 0 <= t < V]:
+            raise VLLMValidationError(f"token_id(s) {bad} in {name} contain out-of-vocab token ids. Vocabulary size: {V}", parameter=name, value=bad)
+    if bad := [t for t in (params.allowed_token_ids or []) if not 0 <= t < V]:
+        raise VLLMValidationError("allowed_token_ids contains out-of-vocab token id!", parameter="allowed_token_ids", value=bad)
 
 # %% ../nbs/02_inputs.ipynb #25440649
 from fastcore.basics import patch

@@ -15,6 +15,7 @@ from .inputs import EngineCoreRequest
 from .scheduler import EngineCoreOutput
 from .sampler import LogprobsTensors
 from .request import FinishReason
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['Logprob', 'CompletionOutput', 'RequestOutput', 'IncrementalDetokenizer', 'check_stop_strings', 'RequestStateStats',
@@ -286,33 +287,37 @@ class OutputProcessor:
         self.request_states[req.request_id] = RequestState(req, self.tokenizer, parent, index, queue)
         if parent: self.parent_requests[parent.request_id] = parent
 
-    def abort_requests(self, request_ids) -> list[str]:
-        "Forget these requests (parent ids expand to their children); the child ids to abort in the engine core."
-        res = []
-        for rid in request_ids:
-            ids = self.parent_requests.pop(rid).child_ids if rid in self.parent_requests else [rid]
-            for cid in ids:
-                if self.request_states.pop(cid, None) is not None: res.append(cid)
-        return res
+# %% ../nbs/10_output_processor.ipynb #e23125a6
+@patch
+def abort_requests(self:OutputProcessor, request_ids) -> list[str]:
+    "Forget these requests (parent ids expand to their children); the child ids to abort in the engine core."
+    res = []
+    for rid in request_ids:
+        ids = self.parent_requests.pop(rid).child_ids if rid in self.parent_requests else [rid]
+        for cid in ids:
+            if self.request_states.pop(cid, None) is not None: res.append(cid)
+    return res
 
-    def process_outputs(self, outputs:list[EngineCoreOutput]) -> OutputProcessorOutput:
-        request_outputs, to_abort = [], []
-        for o in outputs:
-            st = self.request_states.get(o.request_id)
-            if st is None: continue  # aborted meanwhile
-            if st.update(o) is not None and o.finish_reason is None: to_abort.append(o.request_id)  # still running there
-            finished = st.finish_reason is not None
-            if finished: del self.request_states[o.request_id]
-            if not o.new_token_ids and not finished: continue  # a prompt chunk's logprobs: kept for the first token's output
-            c = st.make_completion()
-            if c is None: continue
-            pid, comps, done = o.request_id, [c], finished
-            if st.parent is not None:
-                g = st.parent.gather(c)
-                if g is None: continue
-                (comps, done), pid = g, st.parent.request_id
-                if done: self.parent_requests.pop(pid, None)
-            ro = RequestOutput(pid, st.prompt, st.prompt_token_ids, st.take_prompt_logprobs(), comps, done, st.num_cached_tokens, st.stats)
-            if st.queue is not None: st.queue.put(ro)
-            request_outputs.append(ro)
-        return OutputProcessorOutput(request_outputs, to_abort)
+# %% ../nbs/10_output_processor.ipynb #56d43b91
+@patch
+def process_outputs(self:OutputProcessor, outputs:list[EngineCoreOutput]) -> OutputProcessorOutput:
+    request_outputs, to_abort = [], []
+    for o in outputs:
+        st = self.request_states.get(o.request_id)
+        if st is None: continue  # aborted meanwhile
+        if st.update(o) is not None and o.finish_reason is None: to_abort.append(o.request_id)  # still running there
+        finished = st.finish_reason is not None
+        if finished: del self.request_states[o.request_id]
+        if not o.new_token_ids and not finished: continue  # a prompt chunk's logprobs: kept for the first token's output
+        c = st.make_completion()
+        if c is None: continue
+        pid, comps, done = o.request_id, [c], finished
+        if st.parent is not None:
+            g = st.parent.gather(c)
+            if g is None: continue
+            (comps, done), pid = g, st.parent.request_id
+            if done: self.parent_requests.pop(pid, None)
+        ro = RequestOutput(pid, st.prompt, st.prompt_token_ids, st.take_prompt_logprobs(), comps, done, st.num_cached_tokens, st.stats)
+        if st.queue is not None: st.queue.put(ro)
+        request_outputs.append(ro)
+    return OutputProcessorOutput(request_outputs, to_abort)

@@ -19,6 +19,7 @@ from .request import Request, RequestStatus
 from .reasoning import ReasoningParser, ReasoningParserManager
 
 logger = logging.getLogger("litevllm")
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['logger', 'StructuredOutputKey', 'StructuredOutputOptions', 'choice_as_grammar', 'get_structured_output_key',
@@ -188,101 +189,117 @@ class StructuredOutputManager:
                                           f"{', '.join(ReasoningParserManager.list_registered())})", parameter="reasoning_parser", value=name) from None
         self._reasoner: ReasoningParser|None = None
 
-    def _get_tokenizer(self):
-        with self._backend_lock:
-            if self._tokenizer is None: c = self.vllm_config; self._tokenizer = get_tokenizer(c.tokenizer or c.model_path)
-        return self._tokenizer
-
-    def _get_backend(self) -> XgrammarBackend:
-        with self._backend_lock:
-            if self.backend is None:
-                tok = self._get_tokenizer()
-                if self.vocab_size is None: self.vocab_size = self.vllm_config.hf_config.vocab_size
-                self.backend = XgrammarBackend(tok, self.vocab_size)
-        return self.backend
-
     @property
     def reasoner(self) -> ReasoningParser|None:
         "The reasoning parser (one for all requests: its answers on token ids keep no state)."
         if self.reasoner_cls is not None and self._reasoner is None: self._reasoner = self.reasoner_cls(self._get_tokenizer())
         return self._reasoner
 
-    def shutdown(self):
-        "Stop the compile pool (compiles not started are cancelled); the engine core calls it when it shuts down."
-        self.executor.shutdown(wait=False, cancel_futures=True)
+# %% ../nbs/04a_structured_output.ipynb #5baaf562
+@patch
+def _get_tokenizer(self:StructuredOutputManager):
+    with self._backend_lock:
+        if self._tokenizer is None: c = self.vllm_config; self._tokenizer = get_tokenizer(c.tokenizer or c.model_path)
+    return self._tokenizer
 
-    def grammar_init(self, request:Request):
-        "Give `request` its StructuredOutputRequest and start compiling its grammar in the pool."
-        sor = request.structured_output_request = StructuredOutputRequest(request.sampling_params.structured_outputs)
-        sor.grammar = self.executor.submit(self._create_grammar, request)
+@patch
+def _get_backend(self:StructuredOutputManager) -> XgrammarBackend:
+    with self._backend_lock:
+        if self.backend is None:
+            tok = self._get_tokenizer()
+            if self.vocab_size is None: self.vocab_size = self.vllm_config.hf_config.vocab_size
+            self.backend = XgrammarBackend(tok, self.vocab_size)
+    return self.backend
 
-    def _create_grammar(self, request:Request) -> XgrammarGrammar:
-        sor, sp = request.structured_output_request, request.sampling_params
-        stop = sorted(({request.eos_token_id} if request.eos_token_id is not None else set()) | set(sp.stop_token_ids))
-        try: return self._get_backend().compile_grammar(*sor.structured_output_key, stop_token_ids=stop,
-                                                        any_whitespace=not sor.params.disable_any_whitespace)
-        except Exception as e:
-            logger.error("litevllm: the grammar of request %s failed to compile: %s", request.request_id, _xgr_message(e))
-            raise
+@patch
+def shutdown(self:StructuredOutputManager):
+    "Stop the compile pool (compiles not started are cancelled); the engine core calls it when it shuts down."
+    self.executor.shutdown(wait=False, cancel_futures=True)
 
-    def grammar_bitmask(self, requests:dict[str, Request], structured_output_request_ids:list[str],
-                        spec_tokens:dict[str, list[int]]|None=None,  # request id -> its drafts this step: a row after each too
-                        ) -> torch.Tensor|None:
-        "The step's bitmask: a row per request of `structured_output_request_ids`, in order (and one more per draft it has)."
-        if not structured_output_request_ids: return None
-        spec_tokens = spec_tokens or {}
-        n = sum(1 + len(spec_tokens.get(r, ())) for r in structured_output_request_ids)
-        if self._grammar_bitmask is None or self._grammar_bitmask.shape[0] < n:
-            self._grammar_bitmask = self._get_backend().allocate_token_bitmask(max(n, self.max_num_seqs))
-        bm, i = self._grammar_bitmask, 0
-        for rid in structured_output_request_ids:
-            g, drafts, accepted = requests[rid].structured_output_request.grammar, spec_tokens.get(rid, []), 0
-            for j in range(len(drafts) + 1):  # the row of each position: the grammar after the drafts before it
-                if g.is_terminated() or self._in_reasoning(requests[rid]): bm[i].fill_(-1)   # all ones: nothing masked
-                else: g.fill_bitmask(bm, i)
-                i += 1
-                if j < len(drafts) and not g.is_terminated() and g.accept_tokens(rid, drafts[j:j + 1]): accepted += 1
-            if accepted: g.rollback(accepted)
-        return bm[:n].clone()  # the buffer is reused next step
+# %% ../nbs/04a_structured_output.ipynb #b1219a0a
+@patch
+def grammar_init(self:StructuredOutputManager, request:Request):
+    "Give `request` its StructuredOutputRequest and start compiling its grammar in the pool."
+    sor = request.structured_output_request = StructuredOutputRequest(request.sampling_params.structured_outputs)
+    sor.grammar = self.executor.submit(self._create_grammar, request)
 
-    def validate_tokens(self, request:Request, tokens:list[int]) -> list[int]:
-        "The leading `tokens` the request's grammar accepts (its matcher left as it was); none while it reasons or compiles."
-        g = request.structured_output_request.grammar
-        if not isinstance(g, XgrammarGrammar) or self._in_reasoning(request) or g.is_terminated(): return []
-        n = 0
-        while n < len(tokens) and g.matcher.accept_token(tokens[n]): n += 1
-        if n: g.matcher.rollback(n)
-        return tokens[:n]
+@patch
+def _create_grammar(self:StructuredOutputManager, request:Request) -> XgrammarGrammar:
+    sor, sp = request.structured_output_request, request.sampling_params
+    stop = sorted(({request.eos_token_id} if request.eos_token_id is not None else set()) | set(sp.stop_token_ids))
+    try: return self._get_backend().compile_grammar(*sor.structured_output_key, stop_token_ids=stop,
+                                                    any_whitespace=not sor.params.disable_any_whitespace)
+    except Exception as e:
+        logger.error("litevllm: the grammar of request %s failed to compile: %s", request.request_id, _xgr_message(e))
+        raise
 
-    def accept_tokens(self, request:Request, tokens:list[int]) -> bool:
-        "Advance the request's matcher by the new `tokens` (already appended), past its reasoning; False if its grammar refuses one."
-        if not tokens or (start := self._grammar_start(request, tokens)) is None: return True
-        request.structured_output_request.reasoning_ended = True
-        return request.structured_output_request.grammar.accept_tokens(request.request_id, tokens[start:])
+# %% ../nbs/04a_structured_output.ipynb #d22516ad
+@patch
+def grammar_bitmask(self:StructuredOutputManager, requests:dict[str, Request], structured_output_request_ids:list[str],
+                    spec_tokens:dict[str, list[int]]|None=None,  # request id -> its drafts this step: a row after each too
+                    ) -> torch.Tensor|None:
+    "The step's bitmask: a row per request of `structured_output_request_ids`, in order (and one more per draft it has)."
+    if not structured_output_request_ids: return None
+    spec_tokens = spec_tokens or {}
+    n = sum(1 + len(spec_tokens.get(r, ())) for r in structured_output_request_ids)
+    if self._grammar_bitmask is None or self._grammar_bitmask.shape[0] < n:
+        self._grammar_bitmask = self._get_backend().allocate_token_bitmask(max(n, self.max_num_seqs))
+    bm, i = self._grammar_bitmask, 0
+    for rid in structured_output_request_ids:
+        g, drafts, accepted = requests[rid].structured_output_request.grammar, spec_tokens.get(rid, []), 0
+        for j in range(len(drafts) + 1):  # the row of each position: the grammar after the drafts before it
+            if g.is_terminated() or self._in_reasoning(requests[rid]): bm[i].fill_(-1)   # all ones: nothing masked
+            else: g.fill_bitmask(bm, i)
+            i += 1
+            if j < len(drafts) and not g.is_terminated() and g.accept_tokens(rid, drafts[j:j + 1]): accepted += 1
+        if accepted: g.rollback(accepted)
+    return bm[:n].clone()  # the buffer is reused next step
 
-    def _in_reasoning(self, request:Request) -> bool:
-        "Is the model still thinking (its grammar then neither masks nor sees tokens)? The prompt is asked first: a template may have closed the reasoning."
-        sor = request.structured_output_request
-        if self.reasoner_cls is None or sor.reasoning_ended: return False
-        if sor.reasoning_ended is None: sor.reasoning_ended = self.reasoner.is_reasoning_end(request.prompt_token_ids)
-        return not sor.reasoning_ended
+# %% ../nbs/04a_structured_output.ipynb #59481e9b
+@patch
+def validate_tokens(self:StructuredOutputManager, request:Request, tokens:list[int]) -> list[int]:
+    "The leading `tokens` the request's grammar accepts (its matcher left as it was); none while it reasons or compiles."
+    g = request.structured_output_request.grammar
+    if not isinstance(g, XgrammarGrammar) or self._in_reasoning(request) or g.is_terminated(): return []
+    n = 0
+    while n < len(tokens) and g.matcher.accept_token(tokens[n]): n += 1
+    if n: g.matcher.rollback(n)
+    return tokens[:n]
 
-    def _grammar_start(self, request:Request, tokens:list[int]) -> int|None:
-        "Where the grammar's part of the new `tokens` begins (after the end marker); None: all of them are reasoning."
-        if not self._in_reasoning(request): return 0
-        r = self.reasoner
-        if (end := r.find_reasoning_end(tokens)) is not None:   # the end token's id tells (Qwen3's)
-            if end.offset == len(tokens): return None
-            return end.offset if end.implicit else end.offset + 1   # an implicit end (`<tool_call>`) is the grammar's too
-        ids = list(request.all_token_ids)
-        if not r.is_reasoning_end_streaming(ids, tokens): return None
-        for i in range(len(tokens) - 1, 0, -1):   # several new tokens: find the one that ended the reasoning (vLLM's way)
-            ids.pop()
-            if not r.is_reasoning_end_streaming(ids, tokens[:i]): return i + 1
-        return 1
+@patch
+def accept_tokens(self:StructuredOutputManager, request:Request, tokens:list[int]) -> bool:
+    "Advance the request's matcher by the new `tokens` (already appended), past its reasoning; False if its grammar refuses one."
+    if not tokens or (start := self._grammar_start(request, tokens)) is None: return True
+    request.structured_output_request.reasoning_ended = True
+    return request.structured_output_request.grammar.accept_tokens(request.request_id, tokens[start:])
 
-    def should_advance(self, request:Request) -> bool:
-        return request.use_structured_output and isinstance(request.structured_output_request.grammar, XgrammarGrammar)
+@patch
+def should_advance(self:StructuredOutputManager, request:Request) -> bool:
+    return request.use_structured_output and isinstance(request.structured_output_request.grammar, XgrammarGrammar)
+
+# %% ../nbs/04a_structured_output.ipynb #7b5f23d6
+@patch
+def _in_reasoning(self:StructuredOutputManager, request:Request) -> bool:
+    "Is the model still thinking (its grammar then neither masks nor sees tokens)? The prompt is asked first: a template may have closed the reasoning."
+    sor = request.structured_output_request
+    if self.reasoner_cls is None or sor.reasoning_ended: return False
+    if sor.reasoning_ended is None: sor.reasoning_ended = self.reasoner.is_reasoning_end(request.prompt_token_ids)
+    return not sor.reasoning_ended
+
+@patch
+def _grammar_start(self:StructuredOutputManager, request:Request, tokens:list[int]) -> int|None:
+    "Where the grammar's part of the new `tokens` begins (after the end marker); None: all of them are reasoning."
+    if not self._in_reasoning(request): return 0
+    r = self.reasoner
+    if (end := r.find_reasoning_end(tokens)) is not None:   # the end token's id tells (Qwen3's)
+        if end.offset == len(tokens): return None
+        return end.offset if end.implicit else end.offset + 1   # an implicit end (`<tool_call>`) is the grammar's too
+    ids = list(request.all_token_ids)
+    if not r.is_reasoning_end_streaming(ids, tokens): return None
+    for i in range(len(tokens) - 1, 0, -1):   # several new tokens: find the one that ended the reasoning (vLLM's way)
+        ids.pop()
+        if not r.is_reasoning_end_streaming(ids, tokens[:i]): return i + 1
+    return 1
 
 # %% ../nbs/04a_structured_output.ipynb #45f7577a
 @dataclass
