@@ -17,6 +17,7 @@ from .engine_core import (EngineCore, EngineCoreOutputs, EngineCoreHello, Engine
                                   _engine_core_main)
 
 logger = logging.getLogger("litevllm")
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['logger', 'multiprocessing_enabled', 'EngineCoreClient', 'InprocClient', 'MPClient', 'SyncMPClient', 'AsyncMPClient',
@@ -338,18 +339,6 @@ class RayEngineManager:
         self.runs = [a.run.remote(vllm_config, input_address, output_address, i, isolate_failures) for i, a in enumerate(self.actors)]
         self._dead, self._checked = None, 0.0
 
-    def why_dead(self) -> str|None:
-        "The first engine whose actor has died or whose `run` has ended (asked of Ray at most every 50 ms)."
-        if self._dead is not None or time.monotonic() - self._checked < 0.05: return self._dead
-        import ray
-        self._checked = time.monotonic()
-        done, _ = ray.wait(self.runs, num_returns=1, timeout=0)
-        if done:
-            i = self.runs.index(done[0])
-            try: ray.get(done[0]); self._dead = f"engine core {i} (a Ray actor) exited"
-            except Exception as e: self._dead = f"engine core {i} (a Ray actor) died: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
-        return self._dead
-
     @property
     def where(self) -> list[dict]:
         "Each engine's Ray node id, node address and pid (blocks until every actor is placed)."
@@ -360,15 +349,30 @@ class RayEngineManager:
     @property
     def pids(self) -> list[int]: return [w["pid"] for w in self.where]  # on their own nodes
 
-    def shutdown(self, timeout:float=5.0):
-        "Kill every actor (as vLLM does), and wait up to `timeout` s for Ray to report them dead."
-        import ray
-        if not ray.is_initialized(): return  # Ray already shut down: this process's actors died with its connection
-        for a in self.actors:
-            try: ray.kill(a, no_restart=True)
-            except Exception: pass
-        try: ray.wait(self.runs, num_returns=len(self.runs), timeout=timeout)
+# %% ../nbs/10b_core_client.ipynb #b7b94d36
+@patch
+def why_dead(self:RayEngineManager) -> str|None:
+    "The first engine whose actor has died or whose `run` has ended (asked of Ray at most every 50 ms)."
+    if self._dead is not None or time.monotonic() - self._checked < 0.05: return self._dead
+    import ray
+    self._checked = time.monotonic()
+    done, _ = ray.wait(self.runs, num_returns=1, timeout=0)
+    if done:
+        i = self.runs.index(done[0])
+        try: ray.get(done[0]); self._dead = f"engine core {i} (a Ray actor) exited"
+        except Exception as e: self._dead = f"engine core {i} (a Ray actor) died: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+    return self._dead
+
+@patch
+def shutdown(self:RayEngineManager, timeout:float=5.0):
+    "Kill every actor (as vLLM does), and wait up to `timeout` s for Ray to report them dead."
+    import ray
+    if not ray.is_initialized(): return  # Ray already shut down: this process's actors died with its connection
+    for a in self.actors:
+        try: ray.kill(a, no_restart=True)
         except Exception: pass
+    try: ray.wait(self.runs, num_returns=len(self.runs), timeout=timeout)
+    except Exception: pass
 
 # %% ../nbs/10b_core_client.ipynb #baaea523
 class _RayEngineCore:

@@ -40,33 +40,35 @@ class EngineCore:
     def finish_requests(self, request_ids:list[str], status:RequestStatus): self.scheduler.finish_requests(request_ids, status)
     def has_unfinished_requests(self) -> bool: return self.scheduler.has_unfinished_requests()
 
-    def step(self) -> list[EngineCoreOutput]:
-        "Schedule, run the model once, update: the news of every request that has some."
-        self.new_request_ids = []
-        if not self.scheduler.has_unfinished_requests(): return []
-        t0 = time.perf_counter()
-        so = self.scheduler.schedule()
-        self.new_request_ids = [r.req_id for r in so.scheduled_new_reqs]  # scheduled for the first time: their queue time ends
-        t1 = time.perf_counter()
-        grammar_output = self.scheduler.get_grammar_bitmask(so)  # the structured requests' bitmask rows (None if there are none)
-        t_grammar = time.perf_counter() - t1 if grammar_output is not None else 0.0
-        try: out = self.model_executor.execute_model(so, grammar_output)
-        except Exception as e:
-            if not self.isolate_failures or isinstance(e, EngineDeadError): raise  # a lost worker is not one step's fault
-            return self.fail_step(so, e)
-        t2 = time.perf_counter()
-        outputs = self.scheduler.update_from_output(so, out)
-        if not so.total_num_scheduled_tokens and self.scheduler.waiting:
-            time.sleep(0.001)  # nothing ran (grammars still compiling): leave the CPU to the compile threads, don't spin
-        elif self.record_step_timings:
-            rt = self.model_executor.timings
-            self.step_timings.append(dict(schedule=t1 - t0, prepare=rt.get("prepare", 0.0), forward=rt.get("forward", 0.0),
-                                          sample=rt.get("sample", 0.0), update=time.perf_counter() - t2,
-                                          grammar=t_grammar, mask=rt.get("mask", 0.0),
-                                          num_tokens=so.total_num_scheduled_tokens, num_reqs=len(so.num_scheduled_tokens)))
-        return outputs
-
     def reset_prefix_cache(self) -> bool: return self.scheduler.kv_cache_manager.reset_prefix_cache()
+
+# %% ../nbs/10a_engine_core.ipynb #7b1c8800
+@patch
+def step(self:EngineCore) -> list[EngineCoreOutput]:
+    "Schedule, run the model once, update: the news of every request that has some."
+    self.new_request_ids = []
+    if not self.scheduler.has_unfinished_requests(): return []
+    t0 = time.perf_counter()
+    so = self.scheduler.schedule()
+    self.new_request_ids = [r.req_id for r in so.scheduled_new_reqs]  # scheduled for the first time: their queue time ends
+    t1 = time.perf_counter()
+    grammar_output = self.scheduler.get_grammar_bitmask(so)  # the structured requests' bitmask rows (None if there are none)
+    t_grammar = time.perf_counter() - t1 if grammar_output is not None else 0.0
+    try: out = self.model_executor.execute_model(so, grammar_output)
+    except Exception as e:
+        if not self.isolate_failures or isinstance(e, EngineDeadError): raise  # a lost worker is not one step's fault
+        return self.fail_step(so, e)
+    t2 = time.perf_counter()
+    outputs = self.scheduler.update_from_output(so, out)
+    if not so.total_num_scheduled_tokens and self.scheduler.waiting:
+        time.sleep(0.001)  # nothing ran (grammars still compiling): leave the CPU to the compile threads, don't spin
+    elif self.record_step_timings:
+        rt = self.model_executor.timings
+        self.step_timings.append(dict(schedule=t1 - t0, prepare=rt.get("prepare", 0.0), forward=rt.get("forward", 0.0),
+                                      sample=rt.get("sample", 0.0), update=time.perf_counter() - t2,
+                                      grammar=t_grammar, mask=rt.get("mask", 0.0),
+                                      num_tokens=so.total_num_scheduled_tokens, num_reqs=len(so.num_scheduled_tokens)))
+    return outputs
 
 # %% ../nbs/10a_engine_core.ipynb #0638c22c
 EngineCore.model_runner = property(lambda self: self.model_executor.model_runner, doc="The model runner, when it runs in this process (else None).")

@@ -150,20 +150,29 @@ class Request:
     def num_tokens_with_spec(self) -> int: return len(self.all_token_ids) + len(self.spec_token_ids)  # what the next step may compute
     @property
     def num_output_tokens(self) -> int: return len(self.output_token_ids)
-    def is_finished(self) -> bool: return RequestStatus.is_finished(self._status)
-    def get_finished_reason(self) -> FinishReason|None: return RequestStatus.get_finished_reason(self._status)
 
-    def append_output_token_ids(self, token_ids:int|list[int]):
-        if isinstance(token_ids, int): token_ids = [token_ids]
-        self.output_token_ids.extend(token_ids)
-        self.all_token_ids.extend(token_ids)
+# %% ../nbs/03_request.ipynb #007ed1cd
+@patch
+def is_finished(self:Request) -> bool: return RequestStatus.is_finished(self._status)
 
-    def __lt__(self, other:Request):  # the priority queue's order: (priority, arrival_time), then id
-        return (self.priority, self.arrival_time, self.request_id) < (other.priority, other.arrival_time, other.request_id)
+@patch
+def get_finished_reason(self:Request) -> FinishReason|None: return RequestStatus.get_finished_reason(self._status)
 
-    def __repr__(self):
-        return (f"Request({self.request_id!r}, {self._status.name}, tokens={self.num_tokens} "
-                f"(prompt {self.num_prompt_tokens}), computed={self.num_computed_tokens})")
+@patch
+def append_output_token_ids(self:Request, token_ids:int|list[int]):
+    if isinstance(token_ids, int): token_ids = [token_ids]
+    self.output_token_ids.extend(token_ids)
+    self.all_token_ids.extend(token_ids)
+
+# %% ../nbs/03_request.ipynb #9fbf185e
+@patch
+def __lt__(self:Request, other:Request):  # the priority queue's order: (priority, arrival_time), then id
+    return (self.priority, self.arrival_time, self.request_id) < (other.priority, other.arrival_time, other.request_id)
+
+@patch
+def __repr__(self:Request):
+    return (f"Request({self.request_id!r}, {self._status.name}, tokens={self.num_tokens} "
+            f"(prompt {self.num_prompt_tokens}), computed={self.num_computed_tokens})")
 
 # %% ../nbs/03_request.ipynb #32420fc5
 Request.structured_output_request = None  # the StructuredOutputRequest (grammar future, then matcher); set by the scheduler

@@ -16,6 +16,7 @@ from .exceptions import VLLMValidationError
 from .reasoning import DeltaMessage, make_tool_call_id
 from .server import (APIError, JSON_BODY, _refuse, ChatCompletionRequest, OpenAIBaseModel, ServerState, _outputs, chat_logprobs, clean_loc,
                      make_chat_parser, prepare_chat, raise_on_engine_error, run_until_disconnect, tracked_load)
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['logger', 'ResponsesRequest', 'input_messages', 'StoredResponse', 'ResponsesStore', 'conversation', 'responses_error',
@@ -345,65 +346,71 @@ class ResponseEvents:
 
     def _at(self, **fields) -> dict: return dict(output_index=len(self.output), item_id=self.item["id"], **fields)
 
-    def open(self, kind:str, call=None) -> list[dict]:
-        "Start an output item: 'message', 'reasoning' or 'function_call' (`call` a DeltaToolCall with the function's name)."
-        self.kind, self.text, self.logprobs, self.call_index = kind, "", [], getattr(call, "index", None)
-        if kind == "function_call":
-            self.item = function_call_item(call.function.name, "", call.id, status="in_progress")
-            return [self.event("response.output_item.added", output_index=len(self.output), item=dict(self.item))]
-        self.item = message_item(None, "in_progress") if kind == "message" else reasoning_item(None, "in_progress")
-        part = output_text("", []) if kind == "message" else dict(text="", type="reasoning_text")
-        return [self.event("response.output_item.added", output_index=len(self.output), item=dict(self.item)),
-                self.event("response.content_part.added", **self._at(content_index=0, part=part))]
+# %% ../nbs/17_responses.ipynb #b169a908
+@patch
+def open(self:ResponseEvents, kind:str, call=None) -> list[dict]:
+    "Start an output item: 'message', 'reasoning' or 'function_call' (`call` a DeltaToolCall with the function's name)."
+    self.kind, self.text, self.logprobs, self.call_index = kind, "", [], getattr(call, "index", None)
+    if kind == "function_call":
+        self.item = function_call_item(call.function.name, "", call.id, status="in_progress")
+        return [self.event("response.output_item.added", output_index=len(self.output), item=dict(self.item))]
+    self.item = message_item(None, "in_progress") if kind == "message" else reasoning_item(None, "in_progress")
+    part = output_text("", []) if kind == "message" else dict(text="", type="reasoning_text")
+    return [self.event("response.output_item.added", output_index=len(self.output), item=dict(self.item)),
+            self.event("response.content_part.added", **self._at(content_index=0, part=part))]
 
-    def delta(self, text:str, logprobs:list|None=None) -> list[dict]:
-        "More text for the item in progress."
-        self.text += text
-        if self.kind == "function_call": return [self.event("response.function_call_arguments.delta", **self._at(delta=text))]
-        if self.kind == "reasoning": return [self.event("response.reasoning_text.delta", **self._at(content_index=0, delta=text))]
-        self.logprobs += logprobs or []
-        stream_lps = [dict(token=l["token"], logprob=l["logprob"], top_logprobs=[dict(token=t["token"], logprob=t["logprob"])
-                                                                                for t in l["top_logprobs"]]) for l in logprobs or []]
-        return [self.event("response.output_text.delta", **self._at(content_index=0, delta=text, logprobs=stream_lps))]
+@patch
+def delta(self:ResponseEvents, text:str, logprobs:list|None=None) -> list[dict]:
+    "More text for the item in progress."
+    self.text += text
+    if self.kind == "function_call": return [self.event("response.function_call_arguments.delta", **self._at(delta=text))]
+    if self.kind == "reasoning": return [self.event("response.reasoning_text.delta", **self._at(content_index=0, delta=text))]
+    self.logprobs += logprobs or []
+    stream_lps = [dict(token=l["token"], logprob=l["logprob"], top_logprobs=[dict(token=t["token"], logprob=t["logprob"])
+                                                                            for t in l["top_logprobs"]]) for l in logprobs or []]
+    return [self.event("response.output_text.delta", **self._at(content_index=0, delta=text, logprobs=stream_lps))]
 
-    def close(self) -> list[dict]:
-        "End the item in progress (if any): its done events; the item joins the output."
-        if self.kind is None: return []
-        if self.kind == "function_call":
-            item = self.item | dict(arguments=self.text, status="completed")
-            evs = [self.event("response.function_call_arguments.done", **self._at(arguments=self.text, name=item["name"]))]
-        elif self.kind == "reasoning":
-            part = dict(text=self.text, type="reasoning_text")
-            item = self.item | dict(content=[part], status="completed")
-            evs = [self.event("response.reasoning_text.done", **self._at(content_index=0, text=self.text)),
-                   self.event("response.content_part.done", **self._at(content_index=0, part=part))]
-        else:
-            part = output_text(self.text, self.logprobs or None)
-            item = self.item | dict(content=[part] if self.text else [], status="completed")
-            evs = [self.event("response.output_text.done", **self._at(content_index=0, text=self.text, logprobs=[])),
-                   self.event("response.content_part.done", **self._at(content_index=0, part=part))]
-        evs.append(self.event("response.output_item.done", output_index=len(self.output), item=item))
-        self.output.append(item)
-        self.kind = self.item = None
-        return evs
+# %% ../nbs/17_responses.ipynb #f0c7cf67
+@patch
+def close(self:ResponseEvents) -> list[dict]:
+    "End the item in progress (if any): its done events; the item joins the output."
+    if self.kind is None: return []
+    if self.kind == "function_call":
+        item = self.item | dict(arguments=self.text, status="completed")
+        evs = [self.event("response.function_call_arguments.done", **self._at(arguments=self.text, name=item["name"]))]
+    elif self.kind == "reasoning":
+        part = dict(text=self.text, type="reasoning_text")
+        item = self.item | dict(content=[part], status="completed")
+        evs = [self.event("response.reasoning_text.done", **self._at(content_index=0, text=self.text)),
+               self.event("response.content_part.done", **self._at(content_index=0, part=part))]
+    else:
+        part = output_text(self.text, self.logprobs or None)
+        item = self.item | dict(content=[part] if self.text else [], status="completed")
+        evs = [self.event("response.output_text.done", **self._at(content_index=0, text=self.text, logprobs=[])),
+               self.event("response.content_part.done", **self._at(content_index=0, part=part))]
+    evs.append(self.event("response.output_item.done", output_index=len(self.output), item=item))
+    self.output.append(item)
+    self.kind = self.item = None
+    return evs
 
-    def feed(self, dm:DeltaMessage, logprobs:list|None=None) -> list[dict]:
-        "The events of one parser delta: its reasoning, its content, then its tool calls (by index), each in its own item."
-        evs = []
-        def switch(kind, call=None):
-            if self.kind != kind or (kind == "function_call" and call.index != self.call_index):
-                evs.extend(self.close()); evs.extend(self.open(kind, call))
-        if dm.reasoning:
-            switch("reasoning"); evs.extend(self.delta(dm.reasoning))
-        if dm.content:
-            switch("message"); evs.extend(self.delta(dm.content, logprobs))
-        for tc in dm.tool_calls or []:
-            if tc.function is None: continue
-            if self.kind != "function_call" or tc.index != self.call_index:
-                if tc.function.name is None: continue  # a call's first delta names it
-                switch("function_call", tc)
-            if tc.function.arguments: evs.extend(self.delta(tc.function.arguments))
-        return evs
+@patch
+def feed(self:ResponseEvents, dm:DeltaMessage, logprobs:list|None=None) -> list[dict]:
+    "The events of one parser delta: its reasoning, its content, then its tool calls (by index), each in its own item."
+    evs = []
+    def switch(kind, call=None):
+        if self.kind != kind or (kind == "function_call" and call.index != self.call_index):
+            evs.extend(self.close()); evs.extend(self.open(kind, call))
+    if dm.reasoning:
+        switch("reasoning"); evs.extend(self.delta(dm.reasoning))
+    if dm.content:
+        switch("message"); evs.extend(self.delta(dm.content, logprobs))
+    for tc in dm.tool_calls or []:
+        if tc.function is None: continue
+        if self.kind != "function_call" or tc.index != self.call_index:
+            if tc.function.name is None: continue  # a call's first delta names it
+            switch("function_call", tc)
+        if tc.function.arguments: evs.extend(self.delta(tc.function.arguments))
+    return evs
 
 # %% ../nbs/17_responses.ipynb #53baab26
 def _engine_id(req:ResponsesRequest) -> str:

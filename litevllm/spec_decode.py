@@ -13,6 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .sampler import SamplingMetadata, argmax_rows, apply_min_p, apply_top_k_top_p, inverse_cdf, gather_logprobs, LogprobsTensors, Sampler
 from .attention import build_attention_metadata, allocate_kv_caches, get_attention_backend, kv_cache_dtype
 from .config import SpeculativeConfig, resolve_attention_backend
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['ngram_propose', 'NgramProposer', 'target_probs', 'RejectionSamplerOutput', 'RejectionSampler', 'DraftModelProposer']
@@ -117,13 +118,6 @@ class DraftModelProposer:
         head_dim = self.model.layers[0].self_attn.head_dim
         self.attn = get_attention_backend(backend, self.kv_caches, self.block_size, head_dim ** -0.5)
 
-    def _forward(self, ids:list[int], qlens:list[int], slens:list[int], tables:list[list[int]]) -> torch.Tensor:
-        "The draft's hidden states of these tokens (each request's ending at its seq len), K and V written to its cache."
-        md = build_attention_metadata(qlens, slens, tables, self.block_size, self.device)
-        positions = torch.from_numpy(np.concatenate([np.arange(s - q, s) for q, s in zip(qlens, slens)])).to(self.device)
-        self.attn.prepare(md)
-        return self.model(torch.tensor(ids, dtype=torch.int64, device=self.device), positions, self.attn)
-
     @torch.inference_mode()
     def propose(self, feeds:list[tuple[list[int], int, list[int], bool]]  # per request: (tokens to read, their first position, block ids, propose?)
                 ) -> list[list[int]]:
@@ -143,3 +137,12 @@ class DraftModelProposer:
             tok = argmax_rows(self.model.compute_logits(hidden).float()).tolist()
             pos = [p + 1 for p in pos]
         return [drafts.get(i, []) for i in range(len(feeds))]
+
+# %% ../nbs/08a_spec_decode.ipynb #d32c8106
+@patch
+def _forward(self:DraftModelProposer, ids:list[int], qlens:list[int], slens:list[int], tables:list[list[int]]) -> torch.Tensor:
+    "The draft's hidden states of these tokens (each request's ending at its seq len), K and V written to its cache."
+    md = build_attention_metadata(qlens, slens, tables, self.block_size, self.device)
+    positions = torch.from_numpy(np.concatenate([np.arange(s - q, s) for q, s in zip(qlens, slens)])).to(self.device)
+    self.attn.prepare(md)
+    return self.model(torch.tensor(ids, dtype=torch.int64, device=self.device), positions, self.attn)

@@ -10,7 +10,7 @@ import json, re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
-from fastcore.basics import patch_to
+from fastcore.basics import patch, patch_to
 from .exceptions import VLLMValidationError
 from .reasoning import (DeltaFunctionCall, DeltaMessage, DeltaToolCall, ExtractedToolCallInformation, FunctionCall, ToolCall,
                         make_tool_call_id)
@@ -317,35 +317,38 @@ class ChatParser:
         self.tool_text, self.tool_ids = "", []  # what came after the reasoning: the tool phase's own text
         self.tools_streamed = False
 
-    def _mode(self, request) -> str:
-        "'none' | 'named' | 'required' | 'auto' | 'text': how the part after the reasoning is read."
-        choice = getattr(request, "tool_choice", None)
-        if not getattr(request, "tools", None) or choice == "none": return "text"
-        if _is_named(choice): return "named"
-        if choice == "required": return "required"
-        return "auto" if self.enable_auto_tools and self.tool_parser is not None else "text"
+# %% ../nbs/15a_tool_parsers.ipynb #b4141703
+@patch
+def _mode(self:ChatParser, request) -> str:
+    "'none' | 'named' | 'required' | 'auto' | 'text': how the part after the reasoning is read."
+    choice = getattr(request, "tool_choice", None)
+    if not getattr(request, "tools", None) or choice == "none": return "text"
+    if _is_named(choice): return "named"
+    if choice == "required": return "required"
+    return "auto" if self.enable_auto_tools and self.tool_parser is not None else "text"
 
-    def parse(self, model_output:str, request, token_ids:Sequence[int]=()) -> tuple[str|None, str|None, list[FunctionCall]]:
-        "A whole output -> (reasoning, content, tool calls)."
-        reasoning, content = (None, model_output) if self.reasoning_parser is None else \
-                             self.reasoning_parser.extract_reasoning(model_output, request)
-        mode, calls = self._mode(request), []
-        if mode == "named":
-            if not (content or "").strip(): return reasoning, None, []
-            return reasoning, None, [FunctionCall(name=_named_function(request.tool_choice), arguments=content)]
-        if mode == "required":  # every whole item is a call, also when max_tokens cut the array short (vLLM then returns none)
-            for text in array_item_texts(content or ""):
-                try: it = json.loads(text)
-                except ValueError: continue
-                if isinstance(it, dict) and isinstance(it.get("name"), str):
-                    calls.append(FunctionCall(name=it["name"], arguments=json.dumps(it.get("parameters", {}), ensure_ascii=False)))
-            return reasoning, None, calls
-        if mode == "auto":
-            info = self.tool_parser.extract_tool_calls(content or "", request)
-            if info.tools_called:
-                content = info.content if info.content and info.content.strip() else None
-                return reasoning, content, [FunctionCall(name=c.function.name, arguments=c.function.arguments, id=c.id) for c in info.tool_calls]
-        return reasoning, content, []
+@patch
+def parse(self:ChatParser, model_output:str, request, token_ids:Sequence[int]=()) -> tuple[str|None, str|None, list[FunctionCall]]:
+    "A whole output -> (reasoning, content, tool calls)."
+    reasoning, content = (None, model_output) if self.reasoning_parser is None else \
+                         self.reasoning_parser.extract_reasoning(model_output, request)
+    mode, calls = self._mode(request), []
+    if mode == "named":
+        if not (content or "").strip(): return reasoning, None, []
+        return reasoning, None, [FunctionCall(name=_named_function(request.tool_choice), arguments=content)]
+    if mode == "required":  # every whole item is a call, also when max_tokens cut the array short (vLLM then returns none)
+        for text in array_item_texts(content or ""):
+            try: it = json.loads(text)
+            except ValueError: continue
+            if isinstance(it, dict) and isinstance(it.get("name"), str):
+                calls.append(FunctionCall(name=it["name"], arguments=json.dumps(it.get("parameters", {}), ensure_ascii=False)))
+        return reasoning, None, calls
+    if mode == "auto":
+        info = self.tool_parser.extract_tool_calls(content or "", request)
+        if info.tools_called:
+            content = info.content if info.content and info.content.strip() else None
+            return reasoning, content, [FunctionCall(name=c.function.name, arguments=c.function.arguments, id=c.id) for c in info.tool_calls]
+    return reasoning, content, []
 
 # %% ../nbs/15a_tool_parsers.ipynb #84d13bed
 @patch_to(ChatParser)
