@@ -11,6 +11,8 @@ from functools import partial
 import contextlib, math, mmap, os
 import numpy as np, torch
 import torch.nn.functional as F
+from .platforms import cdiv
+from .config import get_head_size
 
 # %% auto #0
 __all__ = ['PREFAULT_ENV', 'kv_cache_dtype', 'kv_cache_bytes_per_block', 'profile_peak_memory', 'determine_num_blocks',
@@ -26,7 +28,7 @@ def kv_cache_dtype(vllm_config) -> torch.dtype:
 # %% ../nbs/07_attention.ipynb #53a13caa
 def kv_cache_bytes_per_block(hf_config, block_size:int, dtype:torch.dtype) -> int:
     "Bytes of K and V, all layers, for one block."
-    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    head_dim = get_head_size(hf_config)
     per_token = 2 * hf_config.num_hidden_layers * hf_config.num_key_value_heads * head_dim * torch.finfo(dtype).bits // 8
     return per_token * block_size
 
@@ -68,7 +70,7 @@ def determine_num_blocks(vllm_config, model=None, kv_config=None) -> int:
         budget = int(total * c.gpu_memory_utilization) - (total - free) - 512 * 2**20
     else: budget = 2 * 2**30
     # no point in more blocks than max_num_seqs requests of max_model_len tokens can use
-    cap = c.max_num_seqs * -(-c.max_model_len // c.block_size)
+    cap = c.max_num_seqs * cdiv(c.max_model_len, c.block_size)
     n = min(budget // per_block, cap)
     if n < 1: raise ValueError(f"not enough memory for a single KV block ({per_block} bytes): raise gpu_memory_utilization "
                                "or lower max_num_batched_tokens")
@@ -94,7 +96,7 @@ def zeros_mapped(shape, dtype:torch.dtype, populate:bool=False) -> torch.Tensor:
 def allocate_kv_caches(hf_config, num_blocks:int, block_size:int, dtype, device,
                        backend:str="torch", populate:bool|None=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
     "One (k_cache, v_cache) pair per layer: [num_blocks, block_size, num_kv_heads, head_dim], or the `cpu` kernel's layout."
-    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    head_dim = get_head_size(hf_config)
     shape = (num_blocks, block_size, hf_config.num_key_value_heads, head_dim)
     k_shape = v_shape = shape
     if backend == "cpu":  # K transposed per block and kv head (kernels_nbs/02_cpu_attention)
@@ -165,7 +167,7 @@ class TorchAttentionBackend:
         if seq_len > q_len:  # query i (at position seq_len - q_len + i) sees keys j <= seq_len - q_len + i
             dev = table.device
             mask = torch.arange(seq_len, device=dev)[None, :] <= (seq_len - q_len + torch.arange(q_len, device=dev))[:, None]
-        return row, q_len, seq_len, table[:-(-seq_len // self.block_size)].long(), mask
+        return row, q_len, seq_len, table[:cdiv(seq_len, self.block_size)].long(), mask
 
     def prepare(self, md:AttentionMetadata):
         "Plan every request of the step once; every layer reuses the plans."
@@ -210,7 +212,7 @@ class SDPAAttentionBackend(TorchAttentionBackend):
     def group(self, rows, seq_lens, tables) -> tuple:
         "Decode requests as one batch: their rows, the blocks to gather, the padded length L, a (n, 1, 1, L) validity mask."
         dev = tables.device
-        nblk = -(-int(seq_lens.max()) // self.block_size)
+        nblk = cdiv(int(seq_lens.max()), self.block_size)
         L = nblk * self.block_size
         valid = torch.arange(L, device=dev)[None, :] < torch.as_tensor(seq_lens, device=dev)[:, None]  # (n, L)
         return torch.as_tensor(rows, device=dev), tables[:, :nblk].long().flatten(), L, valid[:, None, None, :]

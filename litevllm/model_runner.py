@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import time
 import numpy as np, torch
 from .config import VllmConfig
+from .platforms import cdiv
 from .models.llama import get_model
 from .lora.models import LoRAModelManager
 from .distributed import GroupCoordinator
@@ -294,7 +295,7 @@ def capture_model(self:ModelRunner):
     if c.enable_lora: return  # the LoRA mapping changes every step: not captured (eager with LoRA)
     if self.tp.world_size > 1: return  # NCCL collectives inside a captured graph: not attempted (eager with tensor parallelism)
     sizes = sorted(set(c.cudagraph_capture_sizes or default_capture_sizes(c.max_num_seqs)))
-    N, max_blocks = sizes[-1], -(-c.max_model_len // c.block_size)
+    N, max_blocks = sizes[-1], cdiv(c.max_model_len, c.block_size)
     i64, i32 = dict(dtype=torch.int64, device=dev), dict(dtype=torch.int32, device=dev)
     self.static = s = dict(input_ids=torch.zeros(N, **i64), positions=torch.zeros(N, **i64),
                            slot_mapping=torch.full((N,), -1, **i64), seq_lens=torch.zeros(N, **i32),

@@ -8,13 +8,14 @@ Docs: https://litevllm.github.io/litevllm/platform.html.md"""
 from __future__ import annotations
 import os, functools, logging, platform
 from dataclasses import dataclass
+from pathlib import Path
 import torch
 
 logger = logging.getLogger("litevllm")
 
 # %% auto #0
 __all__ = ['logger', 'CPU_ISA_ENV', 'CPU_ISA_CLASSES', 'resolve_device', 'CpuInfo', 'cpu_info', 'platform_dtypes',
-           'resolve_dtype']
+           'resolve_dtype', 'cdiv', 'cache_dir']
 
 # %% ../nbs/00_platform.ipynb #dd797f55
 def resolve_device(device:str) -> torch.device:
@@ -116,3 +117,13 @@ def resolve_dtype(dtype:str, hf_config, device:torch.device) -> torch.dtype:
         if device.type == "cpu": logger.info("dtype auto -> %s on %s", str(supported[0]).removeprefix("torch."), cpu_info())
         return supported[0]
     return saved if saved in supported else supported[0]
+
+# %% ../nbs/00_platform.ipynb #bad347bc
+def cdiv(a:int, b:int) -> int:
+    "Ceiling division: how many `b`-sized pieces hold `a` (10 tokens in blocks of 4 → 3 blocks)."
+    return -(a // -b)
+
+def cache_dir() -> Path:
+    "litevllm's cache folder: `$LITEVLLM_CACHE`, else `$XDG_CACHE_HOME/litevllm`, else `~/.cache/litevllm`."
+    if p := os.environ.get("LITEVLLM_CACHE"): return Path(p)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home()/".cache")/"litevllm"

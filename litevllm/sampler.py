@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
+from .platforms import cdiv
 
 # %% auto #0
 __all__ = ['SamplingMetadata', 'make_sampling_metadata', 'apply_penalties', 'apply_min_p', 'apply_top_k_top_p', 'inverse_cdf',
@@ -123,7 +124,7 @@ def apply_top_k_top_p(logits, k:torch.Tensor|None, p:torch.Tensor|None):
 def inverse_cdf(probs, u, block:int=64):
     "Per row of `probs` (B, V), the first token whose cumulative probability is above `u` (B, 1) times the row's total."
     B, V = probs.shape
-    n = -(-V // block)
+    n = cdiv(V, block)
     pb = (F.pad(probs, (0, n * block - V)) if V % block else probs).reshape(B, n, block)  # (B, n, block)
     bcdf = pb.sum(-1).cumsum(-1)                                      # (B, n): cumulative sums at block ends
     target = u * bcdf[:, -1:]                                         # (B, 1)

@@ -8,7 +8,7 @@ import ctypes, functools, hashlib, logging, os, random, re, shutil, subprocess, 
 from importlib.resources import files
 from pathlib import Path
 import torch
-from ..platforms import cpu_info
+from ..platforms import cpu_info, cache_dir
 
 # %% auto #0
 __all__ = ['CSRC', 'CPU_ATTENTION_HEAD_DIMS', 'CPU_ATTENTION_BLOCK_SIZE', 'logger', 'CppSource', 'cpp_sections', 'show_source',
@@ -42,8 +42,9 @@ CPU_ATTENTION_BLOCK_SIZE = 16                               # keys per block (`B
 _FLAGS = ["-O3", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]  # and cpu_info().march
 logger = logging.getLogger("litevllm")
 
-def _cache_dir() -> Path:
-    d = Path(os.environ.get("LITEVLLM_CACHE_DIR") or Path.home()/".cache"/"litevllm")
+def _build_dir() -> Path:
+    "Where compiled kernels are kept: `cache_dir()/kernels`, else (not writable) the temporary folder."
+    d = cache_dir()/"kernels"
     try: d.mkdir(parents=True, exist_ok=True); return d
     except OSError: return Path(tempfile.gettempdir())
 
@@ -65,7 +66,7 @@ def build_cpu_library(name:str) -> ctypes.CDLL|None:
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     march = cpu_info().march
     key = hashlib.sha256("\n".join([_source_text(name), " ".join(_FLAGS + march), version, _cpu_id()]).encode()).hexdigest()[:16]
-    lib = _cache_dir()/f"{name}-{key}.so"
+    lib = _build_dir()/f"{name}-{key}.so"
     if not lib.exists():
         with tempfile.TemporaryDirectory() as tmp:
             cpp, tmp_lib = CSRC/f"{name}.cpp", Path(tmp)/"lib.so"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import torch
 from ..exceptions import VLLMValidationError
+from ..config import get_head_size
 
 # %% auto #0
 __all__ = ['LORA_TARGETS', 'LORA_LINEARS', 'lora_slice_sizes', 'lora_in_features', 'PEFTHelper', 'read_lora_weights',
@@ -25,14 +26,14 @@ LORA_LINEARS = {"qkv_proj": 3, "o_proj": 1, "gate_up_proj": 2, "down_proj": 1}  
 def lora_slice_sizes(hf_config, linear:str) -> list[int]:
     "The output size of each slice of `linear`: q, k, v for qkv_proj; gate, up for gate_up_proj."
     c = hf_config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    head_dim = get_head_size(c)
     kv = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
     return {"qkv_proj": [c.num_attention_heads * head_dim, kv * head_dim, kv * head_dim], "o_proj": [c.hidden_size],
             "gate_up_proj": [c.intermediate_size] * 2, "down_proj": [c.hidden_size]}[linear]
 
 def lora_in_features(hf_config, linear:str) -> int:
     c = hf_config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    head_dim = get_head_size(c)
     return {"o_proj": c.num_attention_heads * head_dim, "down_proj": c.intermediate_size}.get(linear, c.hidden_size)
 
 # %% ../../nbs/01b_lora_peft.ipynb #1af7fd35

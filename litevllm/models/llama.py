@@ -12,6 +12,8 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 from ..distributed import GroupCoordinator, split_range
+from ..platforms import cdiv
+from ..config import get_head_size
 from ..kernels import cpu_ops
 
 # %% auto #0
@@ -115,7 +117,7 @@ class Attention(nn.Module):
         super().__init__()
         self.layer_idx, self.rope = layer_idx, rope
         self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.head_dim = get_head_size(config)
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         bias = getattr(config, "attention_bias", config.model_type == "qwen2")
         self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
@@ -171,7 +173,7 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, config, max_positions:int|None=None):
         super().__init__()
         self.config = config
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        head_dim = get_head_size(config)
         rope = RotaryEmbedding(config, head_dim, max_positions or config.max_position_embeddings)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config, i, rope) for i in range(config.num_hidden_layers))
@@ -427,7 +429,7 @@ class VocabParallelEmbedding(nn.Module):
         super().__init__()
         self.tp = tp or GroupCoordinator()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.per_rank = -(-num_embeddings // self.tp.world_size)  # rows per rank, the last rank padded
+        self.per_rank = cdiv(num_embeddings, self.tp.world_size)  # rows per rank, the last rank padded
         self.start = self.tp.rank * self.per_rank
         self.end = min(self.start + self.per_rank, num_embeddings)  # this rank's ids: [start, end)
         self.weight = nn.Parameter(torch.empty(self.per_rank, embedding_dim))
