@@ -12,9 +12,10 @@ from typing import NamedTuple, Iterable
 import numpy as np, torch, xxhash
 from fastcore.basics import patch
 from .request import Request
+from .platforms import cdiv
 
 # %% auto #0
-__all__ = ['KVCacheBlock', 'FreeKVCacheBlockQueue', 'BlockHash', 'hash_block_tokens', 'update_block_hashes', 'BlockPool', 'cdiv',
+__all__ = ['KVCacheBlock', 'FreeKVCacheBlockQueue', 'BlockHash', 'hash_block_tokens', 'update_block_hashes', 'BlockPool',
            'PrefixCacheStats', 'KVCacheManager', 'kv_cache_figsize', 'plot_kv_cache']
 
 # %% ../nbs/04_kv_cache.ipynb #186a053e
@@ -169,8 +170,6 @@ def reset_prefix_cache(self:BlockPool) -> bool:
     return True
 
 # %% ../nbs/04_kv_cache.ipynb #b2da91d3
-def cdiv(a:int, b:int) -> int: return -(a // -b)
-
 @dataclass
 class PrefixCacheStats:
     "Prefix-cache counters since the last reset (vLLM's names): requests looked up, tokens queried, tokens hit."
@@ -253,7 +252,7 @@ def _kv_rows(m:KVCacheManager, per_row:int):
     "Blocks a row, rows of each request's block table, rows of the pool."
     reqs = list(m.req_to_blocks.values())
     per_row = max(1, min(per_row, max([m.block_pool.num_blocks] + [len(b) for b in reqs])))
-    return per_row, [max(1, -(-len(b) // per_row)) for b in reqs], -(-m.block_pool.num_blocks // per_row)
+    return per_row, [max(1, cdiv(len(b), per_row)) for b in reqs], cdiv(m.block_pool.num_blocks, per_row)
 
 _ROW, _POOL_ROW, _GAP, _LEFT = 1.0, 1.5, 0.5, 2.2  # heights of a block-table row, a pool row (its 'free #k' line), the gap; label margin
 _IN_X, _IN_Y, _IN_TITLE = 0.8, 0.5, 0.9            # inches a unit across, a unit down; the title's
