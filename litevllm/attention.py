@@ -25,7 +25,7 @@ def kv_cache_dtype(vllm_config) -> torch.dtype:
     "The dtype of the KV cache: float32 for the `sdpa` backend, else the model's."
     return torch.float32 if vllm_config.attention_backend == "sdpa" else vllm_config.dtype
 
-# %% ../nbs/07_attention.ipynb #53a13caa
+# %% ../nbs/07_attention.ipynb #b9915dc1
 def kv_cache_bytes_per_block(hf_config, block_size:int, dtype:torch.dtype) -> int:
     "Bytes of K and V, all layers, for one block."
     head_dim = get_head_size(hf_config)
@@ -34,6 +34,7 @@ def kv_cache_bytes_per_block(hf_config, block_size:int, dtype:torch.dtype) -> in
 
 _CUDAGRAPH_RESERVE = 256 * 2**20  # CUDA-graph pool and allocator slack, kept out of the KV pool
 
+# %% ../nbs/07_attention.ipynb #cd9064ab
 @torch.inference_mode()
 def profile_peak_memory(model, vllm_config) -> int:
     "Peak bytes torch allocates (weights included) while `model` runs the largest step: max_num_batched_tokens tokens."
@@ -52,6 +53,7 @@ def profile_peak_memory(model, vllm_config) -> int:
     torch.cuda.empty_cache()
     return peak
 
+# %% ../nbs/07_attention.ipynb #8a6acf0a
 def determine_num_blocks(vllm_config, model=None, kv_config=None) -> int:
     "The number of KV blocks for this config and machine (on CUDA, from a profiling run of `model` when given); `kv_config`: the KV heads this rank holds (tensor parallelism), else the model's."
     c = vllm_config
@@ -78,6 +80,7 @@ def determine_num_blocks(vllm_config, model=None, kv_config=None) -> int:
 
 PREFAULT_ENV = "LITEVLLM_CPU_KV_PREFAULT"  # "1": CPU KV pools are backed by memory when made (`litevllm serve` and `bench` set it)
 
+# %% ../nbs/07_attention.ipynb #565997e2
 @contextlib.contextmanager
 def kv_prefault():
     "Within it, CPU KV pools are backed by memory when made, unless the user's environment says otherwise; it is put back after."

@@ -188,7 +188,7 @@ def abort_requests(self:MPClient, request_ids:list[str], status:RequestStatus=Re
         try: self._send(e, EngineCoreRequestType.ABORT, (ids, status.value))
         except EngineDeadError: pass  # a dead engine holds no request any more
 
-# %% ../nbs/10b_core_client.ipynb #9b0a9295
+# %% ../nbs/10b_core_client.ipynb #164c17d0
 @patch
 def _receive(self:MPClient, timeout_ms:int) -> EngineCoreOutputs|None|bool:
     "One message: outputs, None (nothing came), or False (woken)."
@@ -212,6 +212,7 @@ def _receive(self:MPClient, timeout_ms:int) -> EngineCoreOutputs|None|bool:
     for rid in outs.failed_requests: self.req_engine.pop(rid, None)
     return outs
 
+# %% ../nbs/10b_core_client.ipynb #7d08623f
 @patch
 def get_output(self:MPClient, timeout:float|None=None) -> EngineCoreOutputs|None:
     "The next `EngineCoreOutputs` of any engine; None if woken (`wake`) or `timeout` s passed."

@@ -62,7 +62,7 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool: return self.output_processor.has_unfinished_requests() or self.engine_core.has_unfinished_requests()
     def shutdown(self): self.engine_core.shutdown()
 
-# %% ../nbs/11_engine.ipynb #b5738d64
+# %% ../nbs/11_engine.ipynb #9eca40e1
 from fastcore.basics import patch
 
 @patch
@@ -83,6 +83,7 @@ def process_inputs(self:LLMEngine, request_id:str, prompt:PromptType, params:Sam
         raise VLLMValidationError(f"request_id {request_id!r} is already in use", parameter="request_id", value=request_id)
     return self.input_processor.process_inputs(request_id, prompt, params, arrival_time, priority, lora_request)
 
+# %% ../nbs/11_engine.ipynb #7a41d1c4
 @patch
 def add_processed_request(self:LLMEngine, req:EngineCoreRequest, queue=None) -> str:
     "Add a validated request (fanning out n > 1 into children); its id."

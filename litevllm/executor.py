@@ -244,7 +244,7 @@ class MultiprocExecutor(Executor):
         try: self.num_blocks = min(self._wait(list(range(ws)), "starting"))
         except BaseException: self.shutdown(); raise
 
-# %% ../nbs/09a_executor.ipynb #9681213d
+# %% ../nbs/09a_executor.ipynb #b9481497
 from fastcore.basics import patch
 
 def _exitcode(p) -> int|None:
@@ -271,6 +271,7 @@ def _fail(self:MultiprocExecutor, rank:int, why:str|None, during:str, t:float|No
     after = f"; then rank(s) {others} failed too" if others else ""
     raise EngineDeadError(f"tensor-parallel worker rank {root} {root_why} while {during}{after}")
 
+# %% ../nbs/09a_executor.ipynb #9d6790d5
 @patch
 def _wait(self:MultiprocExecutor, ranks:list[int], during:str) -> list:
     "The replies of `ranks`, in their order; an error or a death of any rank, or a message nobody asked for, ends the engine."

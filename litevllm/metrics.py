@@ -18,7 +18,7 @@ __all__ = ['FinishedRequestStats', 'PromptTokenStats', 'IterationStats', 'Promet
            'parse_metrics', 'metric_value', 'cache_config_info', 'Metric', 'Counter', 'Vector', 'Gauge', 'Histogram',
            'get_metrics_snapshot', 'SpecDecodingProm', 'SpecDecodingLogging']
 
-# %% ../nbs/13_metrics.ipynb #ca69d52c
+# %% ../nbs/13_metrics.ipynb #dd94728c
 @dataclass
 class FinishedRequestStats:
     "The numbers of one request that just finished."
@@ -37,6 +37,7 @@ class FinishedRequestStats:
     max_tokens_param: int|None = None
     num_preemptions: int = 0     # times the engine core preempted it
 
+# %% ../nbs/13_metrics.ipynb #d2949f17
 @dataclass
 class PromptTokenStats:
     "One step's prompt tokens by source (vLLM's): computed here, hit in the local prefix cache, or transferred (never, here)."

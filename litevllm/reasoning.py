@@ -390,7 +390,7 @@ def _scan(self:Qwen3ReasoningParser, text:str, ids:Sequence[int]) -> list[tuple[
     if at < len(text): out.append((None, text[at:], self._char_counts(text[at:], before)))
     return out
 
-# %% ../nbs/03a_reasoning.ipynb #8d87d426
+# %% ../nbs/03a_reasoning.ipynb #928ea9fc
 @patch
 def _feed(self:Qwen3ReasoningParser, text:str, ids:Sequence[int]) -> list[tuple[str, str, int]]:
     "The events ('reasoning' | 'content' | 'end', text, tokens) of the next piece of output."
@@ -409,6 +409,7 @@ def _finish(self:Qwen3ReasoningParser) -> list[tuple[str, str, int]]:
     self._reasoning_count += sum(n for e, _, n in events if e == "reasoning")
     return events
 
+# %% ../nbs/03a_reasoning.ipynb #39a5a6c9
 @patch
 def _lexed(self:Qwen3ReasoningParser, pieces) -> list[tuple[str, str, int]]:
     events = []
@@ -433,7 +434,7 @@ def _on_marker(self:Qwen3ReasoningParser, kind:_Kind, text:str, n:int) -> list[t
         self._reasoning = False; return [("end", text, n)]
     return self._text(text, n)
 
-# %% ../nbs/03a_reasoning.ipynb #edb11115
+# %% ../nbs/03a_reasoning.ipynb #3c8182e5
 @patch
 def _to_delta(self:Qwen3ReasoningParser, events, finished:bool=False) -> DeltaMessage|None:
     "One delta from the events; whitespace before the first content waits (it may be all the content there is)."
@@ -446,6 +447,7 @@ def _to_delta(self:Qwen3ReasoningParser, events, finished:bool=False) -> DeltaMe
     if not reasoning and not content: return None
     return DeltaMessage(reasoning=reasoning or None, content=content or None)
 
+# %% ../nbs/03a_reasoning.ipynb #ecaeacc1
 @patch
 def extract_reasoning(self:Qwen3ReasoningParser, model_output:str, request=None) -> tuple[str|None, str|None]:
     self._count_valid = False
@@ -485,7 +487,7 @@ def adjust_request(self:Qwen3ReasoningParser, request):
     if hasattr(request, "skip_special_tokens"): request.skip_special_tokens = False
     return request
 
-# %% ../nbs/03a_reasoning.ipynb #bae8ba2b
+# %% ../nbs/03a_reasoning.ipynb #c1dde098
 @patch(as_prop=True)
 def reasoning_end_token_ids(self:Qwen3ReasoningParser) -> frozenset[int]:
     "`</think>`, and `<tool_call>` if it is one token; none unless `</think>` is one token (then text decides)."
@@ -502,6 +504,7 @@ def find_reasoning_end(self:Qwen3ReasoningParser, token_ids:Sequence[int]) -> Re
     i = next((i for i, t in enumerate(token_ids) if t in ends), len(token_ids))
     return ReasoningEnd(i, i < len(token_ids) and token_ids[i] != self.end_token_id)
 
+# %% ../nbs/03a_reasoning.ipynb #e66f4ce8
 @patch
 def is_reasoning_end(self:Qwen3ReasoningParser, input_ids:Sequence[int]) -> bool:
     "Looking back from the end: an end marker says yes, `<think>` no; a turn boundary or nothing: yes only without thinking."

@@ -26,7 +26,7 @@ def lora_ref(y:torch.Tensor,           # (tokens, out), the base output: a new t
     o = torch.einsum("tr,tro->to", s, lora_b[i].float()) * keep[:, None]  # (tokens, out)
     return (y.float() + o).to(y.dtype)
 
-# %% ../../kernels_nbs/04_lora.ipynb #033e9aad
+# %% ../../kernels_nbs/04_lora.ipynb #5845e679
 BLOCK_M = 16  # tokens per tile (tl.dot needs >= 16)
 
 def sgmv_metadata(sorted_token_ids:torch.Tensor,  # (LoRA tokens,) token ids, grouped by slot
@@ -40,6 +40,7 @@ def sgmv_metadata(sorted_token_ids:torch.Tensor,  # (LoRA tokens,) token ids, gr
     return dict(token_ids=sorted_token_ids.to(torch.int32), tile_slot=t[0], tile_start=t[1], tile_len=t[2], num_tiles=len(tiles),
                 block_m=block_m)
 
+# %% ../../kernels_nbs/04_lora.ipynb #ca965d92
 @triton.jit
 def _sgmv_shrink(x_ptr, a_ptr, s_ptr, tok_ptr, tile_slot_ptr, tile_start_ptr, tile_len_ptr, IN, R,
                  stride_xt, stride_as, stride_ai, stride_st,
@@ -79,6 +80,7 @@ def _sgmv_expand(y_ptr, b_ptr, s_ptr, tok_ptr, tile_slot_ptr, tile_start_ptr, ti
     yv = tl.load(yp, mask=m2, other=0.0)
     tl.store(yp, (yv.to(tl.float32) + out).to(yv.dtype), mask=m2)
 
+# %% ../../kernels_nbs/04_lora.ipynb #b8ddbf2d
 def lora_sgmv(y:torch.Tensor, x:torch.Tensor, lora_a:torch.Tensor, lora_b:torch.Tensor, meta:dict,
               block_k:int=32, block_n:int=64) -> torch.Tensor:
     "y += (x_t A_i^T)(s B_i)^T per token by slot, in place, with the tiles of `meta` (`sgmv_metadata`)."

@@ -111,7 +111,7 @@ class RotaryEmbedding(CustomOp):
         self.half = (self.cos[:, :half].float().contiguous(), self.sin[:, :half].float().contiguous()) if f == self.forward_cpu else None
         return f
 
-# %% ../../nbs/06_models.ipynb #bb681c53
+# %% ../../nbs/06_models.ipynb #621a0c6f
 class Attention(nn.Module):
     def __init__(self, config, layer_idx:int, rope:RotaryEmbedding):
         super().__init__()
@@ -137,6 +137,7 @@ class Attention(nn.Module):
         o = attn(self.layer_idx, q, k, v)                # (tokens, heads, head_dim)
         return self.o_proj(o.reshape(T, self.q_size))
 
+# %% ../../nbs/06_models.ipynb #2a0503c6
 class SiluAndMul(CustomOp):
     "silu(x[:, :I]) * x[:, I:] for x (tokens, 2I): SwiGLU's activation."
     def forward_native(self, x):
@@ -154,6 +155,7 @@ class MLP(nn.Module):
         self.act_fn = SiluAndMul()
     def forward(self, x): return self.down_proj(self.act_fn(self.gate_up_proj(x)))
 
+# %% ../../nbs/06_models.ipynb #40b5dc53
 class DecoderLayer(nn.Module):
     def __init__(self, config, layer_idx:int, rope:RotaryEmbedding):
         super().__init__()
@@ -249,7 +251,7 @@ def linear_gflops(shapes:list[tuple[int, int]], rows:int, dtype=torch.float32, r
             out.append(row)
     return out
 
-# %% ../../nbs/06_models.ipynb #f1f0a899
+# %% ../../nbs/06_models.ipynb #5b41a9b9
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
 _PACKED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
            "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
@@ -287,6 +289,7 @@ def load_weights(model:LlamaForCausalLM, path:Path):
                 filled.add((name, shard))
     if missing := sorted(expected - filled): raise ValueError(f"weights missing from {path}: {missing[:5]}")
 
+# %% ../../nbs/06_models.ipynb #aa64d911
 def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
     "The model of `vllm_config` (this rank's shard of it when `tp` has several ranks), weights loaded, on its device and dtype, in eval mode."
     cfg = vllm_config.hf_config
