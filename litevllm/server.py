@@ -1326,8 +1326,8 @@ async def _tracked_stream(st, gen):
     async with tracked_load(st):
         async for x in gen: yield x
 
-# %% ../nbs/16_server.ipynb #3c56287e
-def _add_routes(app:FastAPI, st:ServerState):
+# %% ../nbs/16_server.ipynb #9eda676d
+def _add_info_routes(app:FastAPI, st:ServerState):
     @app.get("/health")
     async def health():
         try: await st.engine.check_health()
@@ -1358,6 +1358,8 @@ def _add_routes(app:FastAPI, st:ServerState):
         if model not in st.accepted_names: raise APIError(f"The model `{model}` does not exist.", 404, "NotFoundError", "model")
         return model_card(st, model)
 
+# %% ../nbs/16_server.ipynb #08c4f2bc
+def _add_generation_routes(app:FastAPI, st:ServerState):
     async def completions(req:CompletionRequest, raw:Request):
         model = st.check_model(req.model)
         st.check_request(req, num_prompts(req.prompt, req.prompt_embeds))
@@ -1390,6 +1392,8 @@ def _add_routes(app:FastAPI, st:ServerState):
             return await handler(req, raw)
         raise APIError("Cannot find suitable handler for request. Expected one of: ['ChatCompletionRequest', 'CompletionRequest']")
 
+# %% ../nbs/16_server.ipynb #7bf79880
+def _add_tokenizer_routes(app:FastAPI, st:ServerState):
     if st.options.enable_tokenizer_info_endpoint:
         @app.get("/tokenizer_info")
         async def get_tokenizer_info(): return tokenizer_info(st)
@@ -1416,6 +1420,10 @@ def _add_routes(app:FastAPI, st:ServerState):
         st.check_model(req.model)
         ids = [t for t in req.tokens if t < st.vocab_size]  # vLLM decodes what it can: an unknown id adds nothing
         return dict(prompt=await st.run_in_pool(st.tokenizer.decode, ids))
+
+def _add_routes(app:FastAPI, st:ServerState):
+    "The routes, in vLLM's order: health and models, generation, tokenizer."
+    for add in (_add_info_routes, _add_generation_routes, _add_tokenizer_routes): add(app, st)
 
 # %% ../nbs/16_server.ipynb #1d28a299
 class _Server(uvicorn.Server):
