@@ -107,16 +107,16 @@ def _run_engine_loop(self:AsyncLLM):
                 except Exception as e: self._deliver_threadsafe([(arg.request_id, EngineGenerateError(f"request {arg.request_id} failed: {e}"))])
             elif kind == "abort": self._abort_in_engine(arg)
             elif kind == "call": arg()
-        it = None
+        outputs, it = [], None
         if eng.has_unfinished_requests() or eng.engine_core.multiprocess:  # (idle, a multiprocess step only reads what came)
             try: outputs, it = self._step()
             except Exception as e:
                 logger.exception("litevllm: the engine core failed")
                 return self._fail_all(EngineDeadError(f"the engine core failed: {type(e).__name__}: {e}"))
-            self._deliver_threadsafe([(o.request_id, o) for o in outputs])
-            if failed := eng.take_failed_requests():
-                self._deliver_threadsafe([(rid, EngineGenerateError(f"request {rid} failed in the engine: {why}")) for rid, why in failed.items()])
-        self._record_stats(it)
+        self._record_stats(it)  # before the outputs go out (vLLM's order): a client that reads /metrics after its answer sees this step
+        if outputs: self._deliver_threadsafe([(o.request_id, o) for o in outputs])
+        if it is not None and (failed := eng.take_failed_requests()):
+            self._deliver_threadsafe([(rid, EngineGenerateError(f"request {rid} failed in the engine: {why}")) for rid, why in failed.items()])
 
 # %% ../nbs/14_async_llm.ipynb #3727cf7d
 @patch
