@@ -42,7 +42,7 @@ logger = logging.getLogger("litevllm")
 class AsyncLLM:
     "The online engine: an `LLMEngine` stepped by a background thread, async iterators of outputs in front."
     def __init__(self, vllm_config:VllmConfig, log_stats:bool=True, served_model_name:str|None=None, multiprocess_mode:bool|None=None,
-                 client_addresses:dict|None=None):  # one API server of several: the launcher's engine cores (see 16_server)
+                 client_addresses:dict|None=None):  # one API server of several: the launcher's engine cores (see 42_server)
         self.vllm_config = vllm_config
         mp = (multiprocessing_enabled() if multiprocess_mode is None else multiprocess_mode) or client_addresses is not None
         # a failing step fails its requests, not the engine (engine_core's fault isolation)
@@ -241,13 +241,6 @@ async def _in_engine_thread(self:AsyncLLM, fn):
         loop.call_soon_threadsafe(fut.set_result, r)
     self._command("call", run)
     return await fut
-
-@patch
-async def add_lora(self:AsyncLLM, lora_request) -> bool: return await self._in_engine_thread(lambda: self.engine.add_lora(lora_request))
-@patch
-async def remove_lora(self:AsyncLLM, lora_id:int) -> bool: return await self._in_engine_thread(lambda: self.engine.remove_lora(lora_id))
-@patch
-async def list_loras(self:AsyncLLM) -> set[int]: return await self._in_engine_thread(self.engine.list_loras)
 
 # %% ../nbs/14_async_llm.ipynb #77e77fbf
 @patch

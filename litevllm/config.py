@@ -20,9 +20,10 @@ from .platforms import cache_dir, cdiv
 logger = logging.getLogger("litevllm")
 
 # %% auto #0
-__all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'EngineArgs', 'default_gguf_path', 'convert_gguf_to_hf',
-           'default_model_path', 'resolve_model', 'ParallelConfig', 'SpeculativeConfig', 'VllmConfig', 'get_head_size',
-           'cpu_attention_unsupported', 'resolve_attention_backend']
+__all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'PLUGIN_GROUP', 'EngineArgs', 'default_gguf_path',
+           'convert_gguf_to_hf', 'default_model_path', 'resolve_model', 'ParallelConfig', 'SpeculativeConfig',
+           'VllmConfig', 'get_head_size', 'cpu_attention_unsupported', 'resolve_attention_backend',
+           'load_general_plugins']
 
 # %% ../nbs/00b_config.ipynb #bb528d3b
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -312,3 +313,29 @@ def resolve_attention_backend(name:str, device:torch.device, dtype:torch.dtype, 
         logger.info("attention backend sdpa: the cpu kernel cannot run here (%s)", why)
         return "sdpa"
     return name
+
+# %% ../nbs/00b_config.ipynb #16afb0c8
+PLUGIN_GROUP = "litevllm.general_plugins"
+
+def _own_plugins() -> dict[str, str]:
+    "litevllm's own plugin modules: from its installed metadata, else (a source tree on PYTHONPATH) its pyproject.toml."
+    try: found = {e.name: e.value for e in importlib.metadata.distribution("litevllm").entry_points if e.group == PLUGIN_GROUP}
+    except importlib.metadata.PackageNotFoundError: found = {}
+    if found: return found
+    pyproject = Path(__file__).resolve().parent.parent/"pyproject.toml"
+    if not pyproject.exists(): return {}
+    import tomllib
+    return tomllib.loads(pyproject.read_text()).get("project", {}).get("entry-points", {}).get(PLUGIN_GROUP, {})
+
+# %% ../nbs/00b_config.ipynb #40ba9ab9
+_loaded_plugins: dict[str, str] = {}
+
+def load_general_plugins() -> dict[str, str]:
+    "Import every module registered under `litevllm.general_plugins` (once per process); {name: module} of those loaded."
+    if _loaded_plugins: return _loaded_plugins
+    import importlib
+    plugins = _own_plugins() | {e.name: e.value for e in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
+    for name, module in plugins.items():
+        importlib.import_module(module.split(":")[0])
+        _loaded_plugins[name] = module
+    return _loaded_plugins

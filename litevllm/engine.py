@@ -15,7 +15,6 @@ from .inputs import InputProcessor, EngineCoreRequest, get_tokenizer, PromptType
 from .request import RequestStatus
 from .kv_cache import PrefixCacheStats
 from .scheduler import EngineCoreOutput, SchedulerStats, SpecDecodingStats
-from .structured_output import validate_structured_output
 from .executor import EngineDeadError  # noqa: re-exported, as before
 from .engine_core import EngineCore, EngineCoreOutputs  # EngineCore: also importable from here, as before
 from .core_client import EngineCoreClient, multiprocessing_enabled
@@ -71,12 +70,6 @@ def process_inputs(self:LLMEngine, request_id:str, prompt:PromptType, params:Sam
     "Tokenize and validate one request (nothing is added)."
     params = SamplingParams() if params is None else params
     params.update_from_tokenizer(self.tokenizer)  # bad_words -> the token sequences the sampler bans
-    if params.structured_outputs is not None:
-        validate_structured_output(params.structured_outputs)  # a bad grammar: ValueError here
-        if self.vllm_config.parallel_config.distributed_executor_backend == "external_launcher":
-            # every torchrun rank schedules on its own: a grammar ready on one rank and not yet on another would split them
-            raise VLLMValidationError("structured_outputs are not supported with distributed_executor_backend='external_launcher'",
-                                      parameter="structured_outputs", value=params.structured_outputs)
     if not isinstance(request_id, str): raise TypeError(f"request_id must be a string, got {type(request_id)}")  # vLLM's check
     if not request_id: raise VLLMValidationError("request_id must be a non-empty string", parameter="request_id", value=request_id)
     if request_id in self.output_processor.request_states or request_id in self.output_processor.parent_requests:
@@ -203,17 +196,6 @@ def log_stats_line(self:LLMEngine):
 
 @patch
 def reset_prefix_cache(self:LLMEngine) -> bool: return self.engine_core.call_utility("reset_prefix_cache")
-
-# %% ../nbs/11_engine.ipynb #73d0e5fe
-@patch
-def add_lora(self:LLMEngine, lora_request) -> bool:
-    "Load a LoRA adapter into the engine (its requests need not wait for it to load); checked first."
-    self.input_processor._validate_lora(lora_request)
-    return self.engine_core.call_utility("add_lora", lora_request)
-@patch
-def remove_lora(self:LLMEngine, lora_id:int) -> bool: return self.engine_core.call_utility("remove_lora", lora_id)
-@patch
-def list_loras(self:LLMEngine) -> set[int]: return set(self.engine_core.call_utility("list_loras"))
 
 # %% ../nbs/11_engine.ipynb #925ee4a9
 @patch

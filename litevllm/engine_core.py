@@ -79,16 +79,6 @@ def shutdown(self:EngineCore):
     self.model_executor.shutdown()
     self.scheduler.structured_output_manager.shutdown()
 
-# %% ../nbs/10a_engine_core.ipynb #441a46b3
-@patch
-def add_lora(self:EngineCore, lora_request) -> bool:
-    "Load an adapter ahead of its requests (vLLM's utility)."
-    return all(self.model_executor.collective_rpc("add_lora", (lora_request,)))
-@patch
-def remove_lora(self:EngineCore, lora_id:int) -> bool: return all(self.model_executor.collective_rpc("remove_lora", (lora_id,)))
-@patch
-def list_loras(self:EngineCore) -> set[int]: return set(self.model_executor.collective_rpc("list_loras")[0])
-
 # %% ../nbs/10a_engine_core.ipynb #dec90a5d
 @patch
 def fail_step(self:EngineCore, so:SchedulerOutput, exc:Exception) -> list[EngineCoreOutput]:

@@ -57,28 +57,6 @@ class Worker:
                          intermediate=m.config.intermediate_size, vocab_size=m.config.vocab_size)
         return info
 
-# %% ../nbs/09a_executor.ipynb #a4ff386e
-from fastcore.basics import patch
-
-def _lora_manager(w:Worker):
-    m = w.model_runner.lora_manager
-    if m is None: raise RuntimeError("LoRA is not enabled. Use --enable-lora to enable LoRA.")  # vLLM's words
-    return m
-
-@patch
-def add_lora(self:Worker, lora_request) -> bool:
-    "Load an adapter into the CPU cache (a `LoRARequest`, or its fields as they come off a socket)."
-    import msgspec
-    from litevllm.lora.request import LoRARequest
-    if not isinstance(lora_request, LoRARequest): lora_request = msgspec.convert(lora_request, LoRARequest)
-    _lora_manager(self).add_adapter(lora_request)
-    return True
-
-@patch
-def remove_lora(self:Worker, lora_id:int) -> bool: return _lora_manager(self).remove_adapter(lora_id)
-@patch
-def list_loras(self:Worker) -> list[int]: return _lora_manager(self).list_adapters()
-
 # %% ../nbs/09a_executor.ipynb #c19dd1b7
 class EngineDeadError(VLLMError, RuntimeError):
     "A worker failed or died: the engine cannot go on (vLLM's name)."

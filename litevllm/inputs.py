@@ -10,11 +10,10 @@ import time
 import torch
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
-from .config import EngineArgs, VllmConfig
+from .config import EngineArgs, VllmConfig, load_general_plugins
 from .sampling_params import SamplingParams
 from .exceptions import VLLMValidationError
-from .lora.request import LoRARequest
-from .lora.peft_helper import check_lora
+import msgspec
 from fastcore.basics import patch
 
 # %% auto #0
@@ -43,6 +42,31 @@ class EmbedsPrompt(TypedDict, total=False):
 
 PromptType = str | TextPrompt | TokensPrompt | EmbedsPrompt
 
+# %% ../nbs/02_inputs.ipynb #62855b21
+# Part II's LoRA chapter explains this type (litevllm.lora.request); it is defined here, unshown, because the
+# request below carries it, and msgspec decodes the request by its field types
+class LoRARequest(msgspec.Struct, omit_defaults=True, array_like=True):
+    "Which LoRA adapter a request runs with (vLLM's fields): a unique name, a unique id > 0, its PEFT folder."
+    lora_name: str                      # how the adapter is known: the server's `model=`, the prefix cache's extra key
+    lora_int_id: int                    # unique, > 0: the engine's key for its slot and cache entry
+    lora_path: str = ""                 # a local PEFT folder: adapter_config.json + adapter_model.safetensors
+    base_model_name: str|None = None    # the model it was trained on (the server's `parent`), if known
+    load_inplace: bool = False          # reload even if an adapter of this id is loaded already (new weights, same id)
+    is_3d_lora_weight: bool = False     # vLLM's MoE layout flag: accepted, unused (litevllm has no MoE models)
+
+    def __post_init__(self):
+        if self.lora_int_id < 1: raise ValueError(f"id must be > 0, got {self.lora_int_id}")  # vLLM's words
+        if not self.lora_path: raise ValueError("lora_path cannot be empty")
+
+    @property
+    def adapter_id(self) -> int: return self.lora_int_id
+    @property
+    def name(self) -> str: return self.lora_name
+    @property
+    def path(self) -> str: return self.lora_path
+    def __eq__(self, other) -> bool: return isinstance(other, LoRARequest) and self.lora_name == other.lora_name
+    def __hash__(self) -> int: return hash(self.lora_name)
+
 # %% ../nbs/02_inputs.ipynb #44abc7f2
 @dataclass
 class EngineCoreRequest:
@@ -62,6 +86,7 @@ class EngineCoreRequest:
 class InputProcessor:
     "Tokenizes and validates prompts into `EngineCoreRequest`s."
     def __init__(self, vllm_config:VllmConfig, tokenizer):
+        load_general_plugins()  # Part II's features replace the hooks (see config)
         self.config, self.tokenizer = vllm_config, tokenizer
         self.vocab_size = max(len(tokenizer), getattr(vllm_config.hf_config, "vocab_size", 0))
         self.eos_token_id = self._eos_token_id()
@@ -100,14 +125,15 @@ def tokenize(self:InputProcessor, prompt:PromptType) -> tuple[list[int], str|Non
 # %% ../nbs/02_inputs.ipynb #4b399631
 @patch
 def process_inputs(self:InputProcessor, request_id:str, prompt:PromptType, params:SamplingParams,
-                   arrival_time:float|None=None, priority:int=0, lora_request:LoRARequest|None=None) -> EngineCoreRequest:
+                   arrival_time:float|None=None, priority:int=0, lora_request=None) -> EngineCoreRequest:
     "Tokenize and validate one prompt."
     if not isinstance(params, SamplingParams): raise VLLMValidationError(f"sampling_params must be a SamplingParams, got {type(params).__name__}", parameter="sampling_params")
     if not isinstance(priority, int): raise VLLMValidationError(f"priority must be an integer, got {priority!r}", parameter="priority", value=priority)
     if priority != 0 and self.config.scheduling_policy != "priority":
         raise VLLMValidationError(f"priority {priority} given, but the scheduling_policy is {self.config.scheduling_policy!r} (use 'priority')",
                                   parameter="priority", value=priority)
-    self._validate_lora(lora_request)
+    self._validate_lora(lora_request)             # Part II
+    self._validate_structured_output(params)      # Part II
     embeds = None
     if isinstance(prompt, dict) and "prompt_embeds" in prompt:
         embeds = self._process_embeds(prompt)
@@ -174,18 +200,9 @@ def _validate(self:InputProcessor, ids:list[int], params:SamplingParams):
 from fastcore.basics import patch
 
 @patch
-def _validate_lora(self:InputProcessor, lora_request:LoRARequest|None):
-    "Refuse a lora_request the engine cannot serve: LoRA off, not a LoRARequest, an adapter folder litevllm cannot serve."
-    if lora_request is None: return
-    if not self.config.enable_lora:
-        raise VLLMValidationError(f"Got lora_request {lora_request} but LoRA is not enabled!", parameter="lora_request")  # vLLM's words
-    if not isinstance(lora_request, LoRARequest):
-        raise VLLMValidationError(f"lora_request must be a LoRARequest, got {type(lora_request).__name__}", parameter="lora_request")
-    key = (lora_request.lora_int_id, lora_request.lora_name, lora_request.lora_path)
-    checked = self.__dict__.setdefault("_checked_loras", set())
-    if key in checked: return
-    check_lora(lora_request.lora_path, self.config.hf_config, self.config.max_lora_rank)
-    checked.add(key)
+def _validate_lora(self:InputProcessor, lora_request): "Part II (LoRA): refuse an adapter the engine cannot serve."
+@patch
+def _validate_structured_output(self:InputProcessor, params:SamplingParams): "Part II (structured output): refuse a bad constraint."
 
 # %% ../nbs/02_inputs.ipynb #d2c94ece
 def _content_as(content, fmt:str):

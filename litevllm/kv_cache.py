@@ -84,10 +84,7 @@ def _prompt_embeds_key(request:Request, start:int, end:int) -> tuple:
     rows = e[start:end].contiguous()
     return (("prompt_embeds", xxhash.xxh3_128_intdigest(rows.view(-1).view(torch.uint8).numpy())),)
 
-def _lora_key(request:Request) -> tuple:
-    "Every block of a request on a LoRA adapter carries the adapter (vLLM's extra key): KV made under one adapter is never another's."
-    lr = request.lora_request
-    return () if lr is None else (("lora", lr.lora_name, lr.lora_path),)
+def _lora_key(request:Request) -> tuple: return ()  # Part II (LoRA) replaces it: the adapter, in every block's hash
 
 def _block_extra_keys(request:Request, i:int, start:int, end:int) -> tuple:
     "What besides its token ids changes block `i` ([start, end)): the adapter, the first block's salt, the embeddings."

@@ -9,21 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import time
 import numpy as np, torch
-from .config import VllmConfig
+from .config import VllmConfig, load_general_plugins
+from fastcore.basics import patch
 from .platforms import cdiv
 from .models.llama import get_model
-from .lora.models import LoRAModelManager
 from .distributed import GroupCoordinator
 import copy
-from .spec_decode import NgramProposer, DraftModelProposer, RejectionSampler
 from .attention import kv_cache_bytes_per_block, determine_num_blocks, kv_cache_dtype, allocate_kv_caches, build_attention_metadata, get_attention_backend, AttentionMetadata
 from .sampler import Sampler, make_sampling_metadata, gather_logprobs, LogprobsTensors
 from .scheduler import SchedulerOutput
-from .structured_output import GrammarOutput, apply_grammar_bitmask
+
 
 # %% auto #0
 __all__ = ['EMPTY_MODEL_RUNNER_OUTPUT', 'CachedRequestState', 'ModelRunnerOutput', 'ModelRunner', 'keep_freed_memory',
-           'InputBatch', 'default_capture_sizes', 'padded_batch_size']
+           'InputBatch', 'logprobs_to_cpu', 'default_capture_sizes', 'padded_batch_size']
 
 # %% ../nbs/09_model_runner.ipynb #1560f5e7
 @dataclass
@@ -59,29 +58,41 @@ class ModelRunner:
     "Runs the model on the flat batch of each step and samples."
     def __init__(self, vllm_config:VllmConfig,
                  tp:GroupCoordinator|None=None):  # this rank's tensor-parallel group (None: one rank)
+        load_general_plugins()  # Part II's features replace the hooks below (see config)
         c = self.config = vllm_config
         self.device, self.block_size = c.device, c.block_size
         if c.device.type == "cpu": keep_freed_memory()  # no page faults on every large activation (below)
         self.tp = tp or GroupCoordinator()
         self.model = get_model(c, self.tp)  # this rank's shard
-        self.lora_manager = LoRAModelManager(self.model, c) if c.enable_lora else None  # wraps the linears: adapters in slots
+        self._init_lora()  # Part II: adapters' slots around the model's linears
         self.vocab_size = c.hf_config.vocab_size
         self.num_blocks = self.tp.min(determine_num_blocks(c, self.model, self._kv_cache_config()), c.device)  # each rank's budget, its own KV heads (on CUDA: after a profiling run); every rank the same
-        spec = c.speculative_config
-        if spec and spec.method == "draft_model" and not c.num_gpu_blocks_override:  # the draft's KV cache shares the budget
-            t, d = (kv_cache_bytes_per_block(h, c.block_size, kv_cache_dtype(c)) for h in (self._kv_cache_config(), spec.draft_hf_config))
-            self.num_blocks = max(1, self.num_blocks * t // (t + d))
+        self.num_blocks = self._kv_blocks_left(self.num_blocks)  # Part II: a draft model's cache takes its share
         self.kv_caches = allocate_kv_caches(self._kv_cache_config(), self.num_blocks, c.block_size, kv_cache_dtype(c), c.device,
                                             c.attention_backend)
         head_dim = self.model.layers[0].self_attn.head_dim
         self.attn = get_attention_backend(c.attention_backend, self.kv_caches, c.block_size, head_dim ** -0.5)
         self.sampler = Sampler(torch.Generator(device=c.device).manual_seed(c.seed))
-        self.rejection_sampler = RejectionSampler(self.sampler)   # speculative decoding: verifies drafts
-        self.drafter = (None if spec is None else NgramProposer(spec, c.max_model_len) if spec.method == "ngram"
-                        else DraftModelProposer(c, self.num_blocks, self.tp))
+        self._init_drafter()  # Part II: the proposer of drafts, and the sampler that checks them
         self.requests: dict[str, CachedRequestState] = {}
         self.timings: dict[str, float] = {}   # seconds of the last step: prepare, forward, sample
         self.capture_model()                  # CUDA graphs of the decode step (CUDA, Triton backend, not enforce_eager)
+
+# %% ../nbs/09_model_runner.ipynb #f7917c3f
+@patch
+def _init_lora(self:ModelRunner): "Part II (LoRA): wrap the model's linears."
+@patch
+def _kv_blocks_left(self:ModelRunner, num_blocks:int) -> int: "Part II (a draft model): the target's share of the blocks."; return num_blocks
+@patch
+def _init_drafter(self:ModelRunner): "Part II (speculative decoding): the proposer and the rejection sampler."
+@patch
+def _prepare_lora(self:ModelRunner, so): "Part II (LoRA): which adapter each row runs this step."
+@patch
+def _apply_grammar(self:ModelRunner, logits, grammar_output, row_ids): "Part II (structured output): mask what grammars refuse."; return logits
+@patch
+def _sample_drafts(self:ModelRunner, logits, states, drafts): "Part II (speculative decoding): accepted drafts and one token each."; raise NotImplementedError
+@patch
+def _propose_drafts(self:ModelRunner, so, sample_ids, starts) -> dict: "Part II (speculative decoding): the next step's drafts."; return {}
 
 # %% ../nbs/09_model_runner.ipynb #d4e1a901
 def keep_freed_memory(threshold:int=1 << 30) -> bool:
@@ -170,45 +181,34 @@ def _prompt_logprobs(self:ModelRunner, hidden, plans:list[tuple]) -> dict:
     return out
 
 # %% ../nbs/09_model_runner.ipynb #78907060
+def logprobs_to_cpu(lps:LogprobsTensors|None) -> LogprobsTensors|None:
+    "The sampled tokens' logprobs, moved to the CPU (where the scheduler and the front end read them)."
+    return None if lps is None else LogprobsTensors(lps.logprob_token_ids.cpu(), lps.logprobs.cpu(), lps.selected_token_ranks.cpu())
+
 @patch
-def _sample(self:ModelRunner, logits, sample_ids:list[str], grammar_output:GrammarOutput|None=None,
-            drafts:list[list[int]]|None=None,  # each request's drafts (its logits rows: 1 + len(drafts))
+def _sample(self:ModelRunner, logits, sample_ids:list[str], grammar_output=None,
+            drafts:list[list[int]]|None=None,  # each request's drafts (Part II; its logits rows: 1 + len(drafts))
             ) -> tuple[list[list[int]], LogprobsTensors|None]:
-    "The new tokens of each request `sample_ids` from its rows of `logits`: one, or the accepted drafts and one."
-    self._mask_seconds = 0.0
-    if not sample_ids: return [], None
+    "The new tokens of each request `sample_ids` from its rows of `logits`: one each (Part II: or the accepted drafts and one)."
     drafts = drafts or [[] for _ in sample_ids]
-    row_ids = [r for r, d in zip(sample_ids, drafts) for _ in range(1 + len(d))]  # each logits row's request
-    if grammar_output is not None:  # first, before any other processing (in float32, as the sampler works: xgrammar's CPU kernel wants it)
-        t0 = time.perf_counter()
-        logits = apply_grammar_bitmask(logits.float(), grammar_output, row_ids)
-        self._mask_seconds = time.perf_counter() - t0
+    logits = self._apply_grammar(logits, grammar_output, [r for r, d in zip(sample_ids, drafts) for _ in range(1 + len(d))])  # Part II
+    if not sample_ids: return [], None
     states = [self.requests[r] for r in sample_ids]
+    if any(drafts): return self._sample_drafts(logits, states, drafts)  # Part II
     gens = {i: s.generator for i, s in enumerate(states) if s.generator is not None}
-    if not any(drafts):
-        smd = make_sampling_metadata([s.sampling_params for s in states], [s.prompt_token_ids for s in states],
-                                     [s.output_token_ids for s in states], gens, self.vocab_size, [s.eos_token_id for s in states], self.device)
-        out = self.sampler(logits, smd)
-        tokens = [[t] for t in out.sampled_token_ids.tolist()]
-    else:  # a row per position; row j of a request sees its first j drafts as output (penalties, min_tokens, bad words)
-        rows = [(s, d[:j]) for s, d in zip(states, drafts) for j in range(len(d) + 1)]
-        smd = make_sampling_metadata([s.sampling_params for s, _ in rows], [s.prompt_token_ids for s, _ in rows],
-                                     [s.output_token_ids + d for s, d in rows], gens, self.vocab_size,
-                                     [s.eos_token_id for s, _ in rows], self.device)  # generators: by request (the rejection sampler's)
-        out = self.rejection_sampler(logits, smd, drafts)
-        tokens = out.sampled_token_ids
-    lps = out.logprobs_tensors
-    if lps is not None: lps = LogprobsTensors(lps.logprob_token_ids.cpu(), lps.logprobs.cpu(), lps.selected_token_ranks.cpu())
-    return tokens, lps
+    smd = make_sampling_metadata([s.sampling_params for s in states], [s.prompt_token_ids for s in states],
+                                 [s.output_token_ids for s in states], gens, self.vocab_size, [s.eos_token_id for s in states], self.device)
+    out = self.sampler(logits, smd)
+    return [[t] for t in out.sampled_token_ids.tolist()], logprobs_to_cpu(out.logprobs_tensors)
 
 # %% ../nbs/09_model_runner.ipynb #a116ee9b
 @patch
 @torch.inference_mode()
-def execute_model(self:ModelRunner, so:SchedulerOutput, grammar_output:GrammarOutput|None=None) -> ModelRunnerOutput:
-    "Run one step: update the batch state, build the flat batch, forward, sample (structured rows masked by `grammar_output`)."
+def execute_model(self:ModelRunner, so:SchedulerOutput, grammar_output=None) -> ModelRunnerOutput:
+    "Run one step: update the batch state, build the flat batch, forward, sample (`grammar_output`: Part II's masks)."
     t0 = time.perf_counter()
     self._update_states(so)
-    if self.lora_manager is not None: self.lora_manager.prepare(so)  # adapters into slots, each token's slot
+    self._prepare_lora(so)  # Part II: adapters into slots, each token's slot
     if not so.total_num_scheduled_tokens: return EMPTY_MODEL_RUNNER_OUTPUT
     b = self._prepare_inputs(so)
     self.attn.prepare(b.md)
@@ -225,26 +225,11 @@ def execute_model(self:ModelRunner, so:SchedulerOutput, grammar_output:GrammarOu
     for rid, n in so.num_scheduled_tokens.items(): self.requests[rid].num_computed_tokens += n - rejected.get(rid, 0)
     for rid, *_, done in b.prompt_logprobs: self.requests[rid].num_prompt_logprobs_done = done
     t3 = time.perf_counter()
-    drafts = self._propose_drafts(so, b.sample_ids, starts) if self.drafter is not None else {}
-    self.timings = dict(prepare=t1 - t0, forward=t2 - t1, sample=t3 - t2, mask=getattr(self, "_mask_seconds", 0.0),
+    drafts = self._propose_drafts(so, b.sample_ids, starts)  # Part II: the next step's drafts
+    self.timings = dict(prepare=t1 - t0, forward=t2 - t1, sample=t3 - t2, mask=getattr(self, "_mask_seconds", 0.0),  # Part II: the grammar masks, within sample
+                        
                         propose=time.perf_counter() - t3)  # mask: within sample
     return ModelRunnerOutput(b.sample_ids, {r: i for i, r in enumerate(b.sample_ids)}, tokens, lps, prompt_lps, drafts)
-
-# %% ../nbs/09_model_runner.ipynb #de8ff56e
-@patch
-def _propose_drafts(self:ModelRunner, so:SchedulerOutput, sample_ids:list[str], starts:dict[str, int]) -> dict[str, list[int]]:
-    "Each sampling request's drafts for its next step (`starts`: each request's computed tokens before this step)."
-    sampled = set(sample_ids)
-    if isinstance(self.drafter, NgramProposer):
-        ids = [r for r in sample_ids if self.requests[r].prompt_embeds is None]
-        return dict(zip(ids, self.drafter.propose([self.requests[r].token_ids for r in ids])))
-    feeds, rids = [], []
-    for rid, n in so.num_scheduled_tokens.items():
-        st = self.requests[rid]
-        if st.prompt_embeds is not None: continue
-        a = starts[rid]  # the draft reads what the target kept: a prefill chunk, or (sampling) up to and with the new token
-        feeds.append((st.token_ids[a:] if rid in sampled else st.token_ids[a:a + n], a, st.block_ids, rid in sampled)); rids.append(rid)
-    return {r: d for r, d, f in zip(rids, self.drafter.propose(feeds), feeds) if f[3]}
 
 # %% ../nbs/09_model_runner.ipynb #a0164dc6
 @patch
@@ -258,7 +243,7 @@ def _kv_cache_config(self:ModelRunner):
 
 # %% ../nbs/09_model_runner.ipynb #d0c82ca6
 @patch
-def _sample_and_sync(self:ModelRunner, logits, sample_ids:list[str], grammar_output:GrammarOutput|None=None,
+def _sample_and_sync(self:ModelRunner, logits, sample_ids:list[str], grammar_output=None,
                      drafts:list[list[int]]|None=None) -> tuple[list[list[int]], LogprobsTensors|None]:
     "`_sample`, then rank 0's tokens on every rank (a broadcast of a (requests, k+1) table padded with -1; nothing to do for one rank)."
     tokens, lps = self._sample(logits, sample_ids, grammar_output, drafts)

@@ -10,21 +10,9 @@ from dataclasses import dataclass, field
 from .kv_cache import PrefixCacheStats
 
 # %% auto #0
-__all__ = ['SchedulerStats', 'SpecDecodingStats']
+__all__ = ['SpecDecodingStats', 'SchedulerStats']
 
-# %% ../nbs/05_scheduler.ipynb #5be45029
-@dataclass
-class SchedulerStats:
-    "A snapshot of the scheduler (vLLM's field names)."
-    num_running_reqs: int = 0
-    num_waiting_reqs: int = 0          # waiting for capacity: KV blocks, token budget, max_num_seqs (preempted ones too)
-    kv_cache_usage: float = 0.0
-    prefix_cache_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
-    num_preemptions: int = 0           # since the engine started
-    num_skipped_waiting_reqs: int = 0  # deferred: a grammar compiling, a LoRA adapter without a slot (vLLM's "deferred" reason)
-    spec_decoding_stats: SpecDecodingStats|None = None  # the steps since the last snapshot (speculative decoding on, Part II)
-
-# %% ../nbs/05_scheduler.ipynb #d8639b22
+# %% ../nbs/05_sched_stats.ipynb #b6bf67c0
 @dataclass
 class SpecDecodingStats:
     "One step's speculative decoding (vLLM's): drafts checked, draft tokens, accepted ones, and both by draft position."
@@ -43,3 +31,15 @@ class SpecDecodingStats:
             per_pos.extend([0] * (num_draft_tokens - len(per_pos)))
         for i in range(num_accepted_tokens): self.num_accepted_tokens_per_pos[i] += 1
         for i in range(num_draft_tokens): self.num_draft_tokens_per_pos[i] += 1
+
+# %% ../nbs/05_scheduler.ipynb #5be45029
+@dataclass
+class SchedulerStats:
+    "A snapshot of the scheduler (vLLM's field names)."
+    num_running_reqs: int = 0
+    num_waiting_reqs: int = 0          # waiting for capacity: KV blocks, token budget, max_num_seqs (preempted ones too)
+    kv_cache_usage: float = 0.0
+    prefix_cache_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
+    num_preemptions: int = 0           # since the engine started
+    num_skipped_waiting_reqs: int = 0  # deferred: a grammar compiling, a LoRA adapter without a slot (vLLM's "deferred" reason)
+    spec_decoding_stats: SpecDecodingStats|None = None  # the steps since the last snapshot (speculative decoding on, Part II)

@@ -114,9 +114,12 @@ def test_front_page_and_nav(page, server):
     for path, title in expected_pages().items():
         assert path in nav, f"{path} is not in the nav: {nav}"
         if title: assert nav[path] == title, f"nav entry for {path}: {nav[path]!r}, expected {title!r}"
-    order = list(nav)  # reading order: the kernels right after the attention notebook that calls them
+    order = list(nav)  # reading order: Part I (the request's path, ending with the tour), Part II (the kernels first), Part III
     kernels = [i for i, p in enumerate(order) if p.startswith("kernels/")]
-    assert kernels and order.index("attention.html") < min(kernels) and max(kernels) < order.index("sampler.html"), order
+    assert kernels and order.index("request_lifecycle.html") < min(kernels) and max(kernels) < order.index("structured_output.html"), order
+    assert order.index("structured_output.html") < order.index("cli.html") < order.index("server.html") < order.index("benchmarks.html"), order
+    parts = [page.locator(f"nav.md-nav--primary label:has-text('{t}')").count() for t in ("Part I:", "Part II:", "Part III:")]
+    assert all(parts), parts
     page.wait_for_function("window.MathJax && window.MathJax.version")  # MathJax comes from the site itself
 
 

@@ -44,7 +44,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT/'docs_assets'
 NB_DIRS = {'nbs': '', 'kernels_nbs': 'kernels'}  # source folder -> folder in the site
 SECTIONS = {'': None, 'kernels': 'Kernels'}
-SECTION_AFTER = {'kernels': 'nbs/07_attention.ipynb'}  # reading order: the kernels right after the notebook that calls them
+# The book's three parts and the benchmarks, by the notebook's number (nbs/ only; index.ipynb stays at the top)
+PARTS = [(0, 19, "Part I: a request's path"), (20, 39, 'Part II: what the engine adds'), (40, 49, 'Part III: serving'),
+         (50, 99, 'Benchmarks')]
+SECTION_IN = {'kernels': "Part II: what the engine adds"}  # the kernels open Part II (LoRA's chapter uses its kernel)
 CACHE = ROOT/'.cache'/'docs'
 
 # --- 1. nbdev processing (runs in worker processes) ---------------------------------------------------------------------
@@ -477,6 +480,11 @@ def _worker_env():
     if str(ROOT) not in os.environ.get('PYTHONPATH', '').split(os.pathsep):
         os.environ['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get('PYTHONPATH')]))
 
+def part_of(src:Path) -> str|None:
+    "The part of the book a notebook of nbs/ belongs to, by its number (None: the index, or another folder's notebook)."
+    if src.parent.name != 'nbs' or not (m := re.match(r'(\d+)', src.name)): return None
+    return next((t for lo, hi, t in PARTS if lo <= int(m[1]) <= hi), None)
+
 def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2, quiet=False, use_cache=True, shots=True):
     "Build the site from the notebooks into `out` (and its screenshots into `out/_screenshots/`); returns the nav."
     t0, out, work = time.time(), Path(out).resolve(), Path(work).resolve()
@@ -499,17 +507,16 @@ def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2,
         for f in CACHE.glob('*.ipynb'):
             if f.name not in keep: f.unlink()
     doc_url = (cfg.get('doc_host') or '').rstrip('/') + (cfg.get('doc_baseurl') or '')
-    nav, sections = [], {}
+    nav, sections, parts = [], {}, {}
     for (src, site_dir), (_, dst, *_) in zip(nbs, items):
         src_rel = os.path.relpath(src, ROOT)
         title = convert(dst, src_rel, os.path.relpath(dst, docs), pages, doc_url, show_source)
         entry = {title: os.path.relpath(dst, docs).replace(os.sep, '/')}
         if SECTIONS.get(site_dir): sections.setdefault(site_dir, []).append(entry)
-        else: nav.append(entry)
-    for site_dir, entries in sections.items():
-        after = pages.get(SECTION_AFTER.get(site_dir, ''))
-        at = next((i + 1 for i, e in enumerate(nav) if list(e.values())[0] == (after or '').replace('.html', '.ipynb')), len(nav))
-        nav.insert(at, {SECTIONS[site_dir]: entries})
+        elif (part := part_of(src)) is None: nav.append(entry)
+        else: parts.setdefault(part, []).append(entry)
+    for site_dir, entries in sections.items(): parts.setdefault(SECTION_IN[site_dir], []).insert(0, {SECTIONS[site_dir]: entries})
+    nav += [{title: parts[title]} for *_, title in PARTS if title in parts]
     (docs/'assets').mkdir(parents=True, exist_ok=True)
     for d, site_dir in NB_DIRS.items():  # figures of cells the build does not run (`#| slow`), written by those cells
         if (ROOT/d/'images').is_dir(): shutil.copytree(ROOT/d/'images', docs/site_dir/'images', dirs_exist_ok=True)

@@ -48,7 +48,7 @@ nbtest`: 146 s on 2); on a GPU each process adds ~5 s of imports and CUDA start,
 (cached on disk for the next processes) and ~1-3 s of CUDA graph capture per engine, while the models themselves run
 faster: ~400 s for the book in one process; the CUDA tests ~300 s (~80 compiled kernel cases, ~50 engines of small
 random models). In 6 processes at once (16 cores: 2 threads each) that is ~2-3 minutes, bounded by the longest items
-(`tests/test_kernels.py`, `tests/test_cuda_backend.py`, `nbs/12a_multi_lora.ipynb`: 60-90 s each, started first), after
+(`tests/test_kernels.py`, `tests/test_cuda_backend.py`, `nbs/22c_multi_lora.ipynb`: 60-90 s each, started first), after
 the two exclusive items (~30 s). The 420 s budget leaves room for twice the estimate; an item not started within it is reported, never
 silently dropped. GPU memory: the book's and the tests' engines ask for small KV pools (`kv_cache_memory_bytes`, or
 `max_model_len` <= 2048), a few GB per process: 6 at once fit on an 80 GB card; the two that take a share of the whole
@@ -97,7 +97,7 @@ WHEELS = [  # (distribution, version, for what)
     ("fonttools", "4.68.0", "matplotlib"), ("kiwisolver", "1.5.1", "matplotlib"), ("pillow", "13.0.0", "matplotlib"),
     ("pyparsing", "3.3.3", "matplotlib"), ("python-dateutil", "4.0.0", "matplotlib"), ("ipywidgets", "8.1.9", "the scheduler's widget"),
     ("comm", "0.2.3", "ipywidgets"), ("openai", "3.57.0", "the server chapters' client"), ("distro", "1.9.0", "openai"),
-    ("jiter", "0.19.0", "openai"), ("sniffio", "1.3.1", "openai"), ("jsonschema", "4.26.0", "17_responses"), ("attrs", "26.1.0", "jsonschema"),
+    ("jiter", "0.19.0", "openai"), ("sniffio", "1.3.1", "openai"), ("jsonschema", "4.26.0", "43_responses"), ("attrs", "26.1.0", "jsonschema"),
     ("referencing", "0.37.0", "jsonschema"), ("rpds-py", "2026.9.1", "jsonschema"), ("jsonschema-specifications", "2025.9.1", "jsonschema"),
     # usually there already (transformers' and huggingface-hub's own), installed only where they are not
     ("pydantic", "2.14.4", "fastapi, xgrammar, openai"), ("pydantic-core", "2.50.5", "pydantic"), ("annotated-types", "0.8.0", "pydantic"),
@@ -115,12 +115,12 @@ REAL_MODEL_STOPS = {
     "nbs/10a_engine_core.ipynb": ("81737346", 'asserts the default model\'s greedy text " Paris."'),
     "nbs/11_engine.ipynb": ("442dacad", 'asserts the default model\'s greedy text " Paris."'),
     "nbs/12_llm.ipynb": ("e9d58250", 'asserts the default model\'s greedy text " Paris."'),
-    "nbs/12a_multi_lora.ipynb": ("4792fbd2", 'adapters trained in 8 steps on the real model must answer " Arr..." and " Bonjour..."'),
+    "nbs/22c_multi_lora.ipynb": ("4792fbd2", 'adapters trained in 8 steps on the real model must answer " Arr..." and " Bonjour..."'),
     "nbs/14_async_llm.ipynb": ("fb99e01b", 'asserts the default model\'s greedy text " Paris."'),
-    "nbs/16_server.ipynb": ("bd676def", 'asserts the default model\'s greedy text " Paris."'),
-    "nbs/16a_tool_calling.ipynb": ("560f6d5f", "the real model closes a forced tool call's JSON within 60 tokens"),
-    "nbs/20_request_lifecycle.ipynb": ("dc11b2ce", 'asserts the default model\'s greedy text " Paris."'),
-    "nbs/20a_speculative_decoding.ipynb": ("e9d6bb45", "asserts the real model's drafts and tokens on a code prompt"),
+    "nbs/42_server.ipynb": ("bd676def", 'asserts the default model\'s greedy text " Paris."'),
+    "nbs/42a_tool_calling.ipynb": ("560f6d5f", "the real model closes a forced tool call's JSON within 60 tokens"),
+    "nbs/19_request_lifecycle.ipynb": ("dc11b2ce", 'asserts the default model\'s greedy text " Paris."'),
+    "nbs/23a_speculative_decoding.ipynb": ("e9d6bb45", "asserts the real model's drafts and tokens on a code prompt"),
 }
 # Run first, alone on the card, one at a time.
 EXCLUSIVE = {
@@ -135,8 +135,8 @@ CUDA_TEST_EXCLUDE = {"tests/test_bench.py": "the benchmarks' tests (`make test` 
 # model against transformers); the benchmark chapters, which run small engines end to end; then the book in its order.
 PRIORITY = ["tests/test_kernels.py", "tests/test_cuda_backend.py", "tests/test_cuda_graphs.py", "tests/test_cuda_spec_decode.py",
             "tests/test_lora_cuda.py", "tests/test_lora_kernel.py", "tests/test_triton_backend.py",
-            "kernels_nbs/01_paged_attention.ipynb", "nbs/09_model_runner.ipynb", "nbs/12a_multi_lora.ipynb", "nbs/16_server.ipynb",
-            "kernels_nbs/00_store_kvcache.ipynb", "kernels_nbs/04_lora.ipynb", "nbs/06_models.ipynb", "nbs/06a_lora.ipynb",
+            "kernels_nbs/01_paged_attention.ipynb", "nbs/09_model_runner.ipynb", "nbs/22c_multi_lora.ipynb", "nbs/42_server.ipynb",
+            "kernels_nbs/00_store_kvcache.ipynb", "kernels_nbs/04_lora.ipynb", "nbs/06_models.ipynb", "nbs/22b_lora.ipynb",
             "nbs/07_attention.ipynb", "nbs/30*.ipynb"]
 
 # --- the plan ------------------------------------------------------------------------------------------------------------

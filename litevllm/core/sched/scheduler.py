@@ -9,10 +9,9 @@ from __future__ import annotations
 import numpy as np
 from dataclasses import dataclass, field
 from fastcore.basics import patch
-from ...config import VllmConfig
+from ...config import VllmConfig, load_general_plugins
 from ...request import Request, RequestStatus, FinishReason
 from ...kv_cache import KVCacheManager
-from ...structured_output import StructuredOutputManager, GrammarOutput
 from .request_queue import create_request_queue
 from .output import NewRequestData, CachedRequestData, SchedulerOutput, EngineCoreOutput
 from .utils import check_stop
@@ -25,6 +24,7 @@ __all__ = ['Scheduler']
 class Scheduler:
     "Decides, each step, which requests run with how many tokens, and keeps every request's state."
     def __init__(self, vllm_config:VllmConfig, num_blocks:int):
+        load_general_plugins()  # Part II's features replace the hooks below (see config)
         c = self.config = vllm_config
         self.max_model_len, self.block_size = c.max_model_len, c.block_size
         self.max_num_seqs, self.max_num_batched_tokens = c.max_num_seqs, c.max_num_batched_tokens
@@ -39,7 +39,40 @@ class Scheduler:
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
         self.num_preemptions = 0
-        self._init_features(vllm_config)  # Part II's state: grammars, LoRA deferral, drafts (the end of the chapter)
+        self._init_features(vllm_config)  # the state of Part II's hooks (below)
+
+# %% ../../../nbs/05_scheduler.ipynb #cf344710
+@patch
+def _init_features(self:Scheduler, vllm_config:VllmConfig):
+    "The state Part II's hooks share, then each feature's own."
+    self.deferred_waiting: set[str] = set()  # waiting requests stepped over, not waiting for capacity (vLLM's name)
+    self.num_lookahead_tokens = 0             # slots a scheduled request must hold beyond its tokens
+    self.spec_decoding_stats = None           # counts handed out once with the next stats
+    self._init_structured_output(vllm_config); self._init_spec_decode(vllm_config)
+
+# %% ../../../nbs/05_scheduler.ipynb #b2663015
+@patch
+def _init_structured_output(self:Scheduler, vllm_config): "Part II: the grammar compiler."
+@patch
+def _init_spec_decode(self:Scheduler, vllm_config): "Part II: how many drafts a request may carry."
+@patch
+def _on_add(self:Scheduler, request): "Part II: a structured request waits for its grammar."
+@patch
+def _skip_for_grammar(self:Scheduler, request) -> bool|None: "Part II: step over a request whose grammar is not ready (None: go ahead)."
+@patch
+def _lora_fits(self:Scheduler, request, st) -> bool: "Part II: False if the request's adapter would be one too many this step."; return True
+@patch
+def _schedule_drafts(self:Scheduler, request, n, st): "Part II: which of the `n` scheduled tokens are drafts."
+@patch
+def _verify_drafts(self:Scheduler, request, scheduler_output, num_sampled): "Part II: take the rejected drafts back."
+@patch
+def _advance_grammar(self:Scheduler, request, new_ids) -> bool: "Part II: True if the grammar ended the request."; return False
+@patch
+def _take_drafts(self:Scheduler, request, model_runner_output): "Part II: the proposer's drafts for the next step."
+@patch
+def _finish_grammar_errors(self:Scheduler) -> list: "Part II: finish the requests whose grammar failed."; return []
+@patch
+def get_grammar_bitmask(self:Scheduler, scheduler_output): "Part II: the step's bitmask rows (vLLM's name); None: no grammar."
 
 # %% ../../../nbs/05_scheduler.ipynb #a28ce33c
 @patch
@@ -50,8 +83,8 @@ def add_request(self:Scheduler, request:Request):
     self.waiting.add_request(request)
     self.requests[request.request_id] = request
 
-@patch  # (a request whose grammar failed is still unfinished: the next update_from_output ends it, Part II)
-def get_num_unfinished_requests(self:Scheduler) -> int: return len(self.waiting) + len(self.running) + len(self.grammar_compile_error_reqs)
+@patch
+def get_num_unfinished_requests(self:Scheduler) -> int: return len(self.waiting) + len(self.running)
 @patch
 def has_unfinished_requests(self:Scheduler) -> bool: return self.get_num_unfinished_requests() > 0
 
@@ -72,6 +105,7 @@ class _Step:
     cached: CachedRequestData = field(default_factory=CachedRequestData)
     preempted: set[str] = field(default_factory=set)
     spec: dict[str, list[int]] = field(default_factory=dict)  # scheduled draft tokens (Part II)
+    hook_state: dict = field(default_factory=dict)            # what Part II's hooks keep during one step
 
     def add_cached(self, request:Request, block_ids:list[int], resumed:bool, num_computed:int):
         c = self.cached
@@ -127,6 +161,13 @@ def _schedule_running(self:Scheduler, st:_Step):
         self._schedule_drafts(request, n, st)  # Part II: which of the n tokens are drafts
         st.add_cached(request, [b.block_id for b in new_blocks], False, request.num_computed_tokens)
         i += 1
+
+# %% ../../../nbs/05_scheduler.ipynb #7928e236
+@patch
+def _skip_waiting(self:Scheduler, request:Request, st:_Step) -> bool|None:
+    "None: `request` may be admitted; True: step over it, keeping its place; False: take it out of the queue."
+    if (skip := self._skip_for_grammar(request)) is not None: return skip
+    return None if self._lora_fits(request, st) else True
 
 # %% ../../../nbs/05_scheduler.ipynb #8e200ef8
 @patch
@@ -231,127 +272,3 @@ def make_stats(self:Scheduler) -> SchedulerStats:
     spec, self.spec_decoding_stats = self.spec_decoding_stats, None  # each step's counts are reported once
     return SchedulerStats(len(self.running), len(self.waiting) - deferred, self.kv_cache_manager.usage,
                           self.kv_cache_manager.make_prefix_cache_stats(), self.num_preemptions, deferred, spec)
-
-# %% ../../../nbs/05_scheduler.ipynb #2a182771
-@patch
-def _init_features(self:Scheduler, vllm_config:VllmConfig):
-    "Part II's state: the grammar compiler, the deferred requests, the drafts' sizes and counts."
-    self.structured_output_manager = StructuredOutputManager(vllm_config)  # grammars: compiled off the loop
-    self.grammar_compile_error_reqs: set[str] = set()  # their grammar failed: finished with an error in update_from_output
-    self.deferred_waiting: set[str] = set()  # waiting requests stepped over: grammar not compiled yet, or no LoRA slot (vLLM's name)
-    spec = getattr(vllm_config, "speculative_config", None)
-    self.num_spec_tokens = spec.num_speculative_tokens if spec else 0  # k: drafts a request may carry into a step
-    self.num_lookahead_tokens = self.num_spec_tokens if spec and spec.method == "draft_model" else 0  # slots the draft model writes ahead
-    self.spec_decoding_stats: SpecDecodingStats|None = None  # since the last make_stats
-
-# %% ../../../nbs/05_scheduler.ipynb #8dec8749
-@patch
-def _skip_waiting(self:Scheduler, request:Request, st:_Step) -> bool|None:
-    "None: `request` may be admitted; True: step over it, keeping its place; False: take it out of the queue."
-    if request.status == RequestStatus.WAITING_FOR_FSM and not self._grammar_ready(request):
-        return request.request_id not in self.grammar_compile_error_reqs  # a failed grammar leaves the queue
-    if not self._lora_fits(request, st): return True  # max_loras: it waits its turn
-    return None
-
-# %% ../../../nbs/05_scheduler.ipynb #07c8181e
-@patch
-def _lora_fits(self:Scheduler, request:Request, st:_Step) -> bool:
-    "Can `request` join this step without more than max_loras distinct adapters among the running requests?"
-    lr = request.lora_request
-    if lr is None or not self.config.enable_lora: return True
-    n, ids = st.__dict__.setdefault("lora_ids", [0, set()])  # adapters of self.running, which only grows while waiting requests are admitted
-    ids.update(r.lora_request.lora_int_id for r in self.running[n:] if r.lora_request is not None)
-    st.lora_ids[0] = len(self.running)
-    fits = lr.lora_int_id in ids or len(ids) < self.config.max_loras
-    (self.deferred_waiting.discard if fits else self.deferred_waiting.add)(request.request_id)  # vLLM counts it as deferred meanwhile
-    return fits
-
-# %% ../../../nbs/05_scheduler.ipynb #721dfdc8
-@patch
-def _on_add(self:Scheduler, request:Request):
-    "A structured request waits in WAITING_FOR_FSM while its grammar compiles in the pool."
-    if request.use_structured_output:
-        request.status = RequestStatus.WAITING_FOR_FSM
-        self.structured_output_manager.grammar_init(request)
-        self.deferred_waiting.add(request.request_id)
-
-# %% ../../../nbs/05_scheduler.ipynb #03dfca64
-@patch
-def _grammar_ready(self:Scheduler, request:Request) -> bool:
-    "True (and the request is WAITING again) once its grammar is compiled; a failed compile is noted for update_from_output."
-    g = request.structured_output_request.grammar
-    if g is None: return False  # still compiling
-    self.deferred_waiting.discard(request.request_id)  # compiled or failed: no longer deferred
-    if isinstance(g, Exception): self.grammar_compile_error_reqs.add(request.request_id); return False
-    request.status = RequestStatus.WAITING
-    return True
-
-# %% ../../../nbs/05_scheduler.ipynb #4a3d925f
-@patch
-def _advance_grammar(self:Scheduler, request:Request, new_ids:list[int]) -> bool:
-    "Feed the sampled tokens to a structured request's matcher; True if that finished the request."
-    if not request.use_structured_output: return False
-    if not self.structured_output_manager.accept_tokens(request, new_ids):
-        request.status = RequestStatus.FINISHED_ERROR; return True
-    if request.structured_output_request.grammar.is_terminated():
-        request.status = RequestStatus.FINISHED_STOPPED; return True
-    return False
-
-@patch
-def _finish_grammar_errors(self:Scheduler) -> list[EngineCoreOutput]:
-    "Finish (FINISHED_ERROR) the requests whose grammar failed to compile; one output each."
-    outs = []
-    for rid in sorted(self.grammar_compile_error_reqs):
-        request = self.requests.get(rid)
-        if request is None: continue  # aborted meanwhile
-        request.status = RequestStatus.FINISHED_ERROR
-        self._free_request(request)
-        outs.append(EngineCoreOutput(rid, [], FinishReason.ERROR))
-    self.grammar_compile_error_reqs.clear()
-    return outs
-
-# %% ../../../nbs/05_scheduler.ipynb #1b2ced81
-@patch
-def get_grammar_bitmask(self:Scheduler, scheduler_output:SchedulerOutput) -> GrammarOutput|None:
-    "The bitmask rows of this step's structured requests that sample (vLLM's name); None if there are none."
-    spec = scheduler_output.scheduled_spec_decode_tokens
-    ids = [rid for rid in scheduler_output.num_scheduled_tokens
-           if (r := self.requests.get(rid)) is not None and r.use_structured_output and r.num_computed_tokens == r.num_tokens + len(spec.get(rid, ()))]
-    if not ids: return None
-    drafts = {rid: spec[rid] for rid in ids if rid in spec}  # a row per draft position too, each after the drafts before it
-    return GrammarOutput([rid for rid in ids for _ in range(1 + len(drafts.get(rid, ())))],
-                         self.structured_output_manager.grammar_bitmask(self.requests, ids, drafts))
-
-# %% ../../../nbs/05_scheduler.ipynb #ecaee430
-@patch
-def _schedule_drafts(self:Scheduler, request:Request, n:int, st:_Step):
-    "Which of a running request's `n` scheduled tokens are drafts; its drafts are used (or dropped) either way."
-    if (num_spec := n + request.num_computed_tokens - request.num_tokens) > 0:  # the budget may cut the drafts short
-        st.spec[request.request_id] = request.spec_token_ids[:num_spec]
-    request.spec_token_ids = []  # the step's output brings new ones
-
-# %% ../../../nbs/05_scheduler.ipynb #962e5075
-@patch
-def _verify_drafts(self:Scheduler, request:Request, scheduler_output:SchedulerOutput, num_sampled:int):
-    "A request that ran drafts got back the accepted ones and one of its own: count them, take the rejected back."
-    if spec := scheduler_output.scheduled_spec_decode_tokens.get(request.request_id, []): self._observe_drafts(request, len(spec), num_sampled - 1)
-
-@patch
-def _observe_drafts(self:Scheduler, request:Request, num_draft:int, num_accepted:int):
-    "Count a request's verified drafts and take the rejected ones back from `num_computed_tokens`."
-    request.num_computed_tokens -= num_draft - num_accepted
-    if self.spec_decoding_stats is None: self.spec_decoding_stats = SpecDecodingStats.new(self.num_spec_tokens)
-    self.spec_decoding_stats.observe_draft(num_draft, num_accepted)
-
-@patch
-def _take_drafts(self:Scheduler, request:Request, model_runner_output):
-    "An unfinished request takes the proposer's new drafts, as far as they can be used."
-    drafts = getattr(model_runner_output, "spec_token_ids", None) or {}
-    if not request.is_finished() and request.request_id in drafts: request.spec_token_ids = self._usable_drafts(request, drafts[request.request_id])
-
-@patch
-def _usable_drafts(self:Scheduler, request:Request, drafts:list[int]) -> list[int]:
-    "The leading `drafts` worth checking: within max_tokens (the step adds one token of its own), grammar-valid."
-    drafts = drafts[:max(0, min(self.num_spec_tokens, request.max_tokens - request.num_output_tokens - 1))]
-    if drafts and request.use_structured_output: drafts = self.structured_output_manager.validate_tokens(request, drafts)
-    return drafts
