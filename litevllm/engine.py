@@ -19,6 +19,7 @@ from .executor import EngineDeadError  # noqa: re-exported, as before
 from .engine_core import EngineCore, EngineCoreOutputs  # EngineCore: also importable from here, as before
 from .core_client import EngineCoreClient, multiprocessing_enabled
 from .output_processor import OutputProcessor, ParentRequest, RequestOutput, OutputProcessorOutput
+from .viz import step_record
 
 logger = logging.getLogger("litevllm")
 
@@ -227,10 +228,30 @@ def take_failed_requests(self:LLMEngine) -> dict[str, str]:
     res, self.failed_requests = self.failed_requests, {}
     return res
 
+# %% ../nbs/11_engine.ipynb #cf70dc18
+@patch
+def trace_step(self:LLMEngine, step:int=0) -> dict:
+    "One step of an in-process engine by hand, as `step()` runs it, and what it did (`step_record`'s fields and more)."
+    if self.engine_core.multiprocess: raise RuntimeError("trace_step needs the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
+    sched, runner = self.engine_core.scheduler, self.engine_core.model_runner
+    so = sched.schedule()
+    reqs = {rid: sched.requests[rid] for rid in so.num_scheduled_tokens}
+    start = {rid: r.num_computed_tokens - so.num_scheduled_tokens[rid] for rid, r in reqs.items()}  # schedule() counted them
+    blocks = {rid: sched.kv_cache_manager.get_block_ids(rid) for rid in reqs}
+    out = runner.execute_model(so, sched.get_grammar_bitmask(so))
+    outs = sched.update_from_output(so, out)
+    proc = self._process_outputs(outs)
+    if proc.reqs_to_abort: self.engine_core.abort_requests(proc.reqs_to_abort, RequestStatus.FINISHED_STOPPED)  # stop strings
+    return step_record(sched, so, outs, step, reqs) | dict(
+        scheduler_output=so, start=start, block_ids=blocks, drafts=dict(so.scheduled_spec_decode_tokens),
+        sampled={rid: out.sampled_token_ids[i] for rid, i in out.req_id_to_index.items()},
+        slot_mapping=runner.attn.md.slot_mapping.tolist() if so.total_num_scheduled_tokens else [],
+        outputs=proc.request_outputs, stats=sched.make_stats())
+
 # %% ../nbs/11_engine.ipynb #55d85f65
 @patch
 def _make_stat_logger(self:LLMEngine):
-    from litevllm.metrics import PrometheusStatLogger, cache_config_info  # a later notebook: imported only when stats are on
+    from litevllm.metrics import PrometheusStatLogger, cache_config_info  # imported only when stats are on
     name = DEFAULT_MODEL_NAME if self.vllm_config.args.model is None else str(self.vllm_config.args.model)
     n = self.num_blocks
     return PrometheusStatLogger(name, n, cache_config=cache_config_info(self.vllm_config, n), max_model_len=self.vllm_config.max_model_len,

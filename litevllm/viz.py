@@ -14,7 +14,7 @@ from .kv_cache import KVCacheManager, plot_kv_cache, kv_cache_figsize
 if TYPE_CHECKING: from litevllm.core.sched.scheduler import Scheduler, SchedulerOutput
 
 # %% auto #0
-__all__ = ['fake_model_output', 'run_steps', 'plot_timeline', 'record_run', 'StepThrough', 'step_through']
+__all__ = ['fake_model_output', 'step_record', 'run_steps', 'plot_timeline', 'record_run', 'StepThrough', 'step_through']
 
 # %% ../nbs/05_scheduler.ipynb #49934bcb
 @dataclass
@@ -32,9 +32,18 @@ def fake_model_output(scheduler:Scheduler, so:SchedulerOutput, token:int=7):
     return _FakeRunnerOutput(ids, {r: i for i, r in enumerate(ids)}, [[token]] * len(ids))
 
 # %% ../nbs/05_scheduler.ipynb #91eb3329
+def step_record(scheduler:Scheduler, so:SchedulerOutput, outs:list, step:int, reqs:dict|None=None) -> dict:
+    "What one step did, after `update_from_output`: tokens scheduled (drafts among them), preempted, finished, the queue, the pool's usage, each request's computed tokens and new tokens."
+    reqs = reqs if reqs is not None else {rid: r for rid in so.num_scheduled_tokens if (r := scheduler.requests.get(rid))}  # taken before the update: finished ones too
+    return dict(step=step, scheduled=dict(so.num_scheduled_tokens), preempted=sorted(so.preempted_req_ids),
+                spec={rid: len(d) for rid, d in so.scheduled_spec_decode_tokens.items() if d},  # drafts among the scheduled
+                finished=[o.request_id for o in outs if o.finished], waiting=[r.request_id for r in scheduler.waiting],
+                usage=scheduler.kv_cache_manager.usage, computed={rid: r.num_computed_tokens for rid, r in reqs.items()},
+                new_token_ids={o.request_id: o.new_token_ids for o in outs})
+
 def run_steps(scheduler:Scheduler, max_steps:int=1000, arrivals:dict|None=None, drafts:dict|None=None,
               model_output=fake_model_output) -> list[dict]:
-    "Step the scheduler with a fake model; a timeline of {step, scheduled, spec, preempted, finished, waiting, usage, computed}."
+    "Step the scheduler with a fake model; a timeline of `step_record`s."
     # arrivals: {step: [requests added before it]}; drafts: {step: {request id: draft ids}}, set as the request's
     # spec_token_ids before that step, as a proposer would have after the step before; model_output(scheduler, so)
     timeline = []
@@ -43,12 +52,8 @@ def run_steps(scheduler:Scheduler, max_steps:int=1000, arrivals:dict|None=None, 
         for rid, ids in (drafts or {}).get(step, {}).items(): scheduler.requests[rid].spec_token_ids = list(ids)
         if not scheduler.has_unfinished_requests() and not any(s > step for s in (arrivals or {})): break
         so = scheduler.schedule()
-        outs = scheduler.update_from_output(so, model_output(scheduler, so))
-        timeline.append(dict(step=step, scheduled=dict(so.num_scheduled_tokens), preempted=sorted(so.preempted_req_ids),
-                             spec={rid: len(d) for rid, d in so.scheduled_spec_decode_tokens.items() if d},  # drafts among the scheduled
-                             finished=[o.request_id for o in outs if o.finished], waiting=[r.request_id for r in scheduler.waiting],
-                             usage=scheduler.kv_cache_manager.usage,
-                             computed={rid: r.num_computed_tokens for rid in so.num_scheduled_tokens if (r := scheduler.requests.get(rid))}))
+        reqs = {rid: scheduler.requests[rid] for rid in so.num_scheduled_tokens}
+        timeline.append(step_record(scheduler, so, scheduler.update_from_output(so, model_output(scheduler, so)), step, reqs))
     return timeline
 
 # %% ../nbs/05_scheduler.ipynb #327f7376
