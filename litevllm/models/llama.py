@@ -19,10 +19,10 @@ from ..kernels import cpu_ops
 # %% auto #0
 __all__ = ['SUPPORTED_ARCHITECTURES', 'CustomOp', 'select_ops', 'RMSNorm', 'RotaryEmbedding', 'Attention', 'SiluAndMul', 'MLP',
            'DecoderLayer', 'LlamaForCausalLM', 'onednn_linear_available', 'PackedLinear', 'prepack_linears',
-           'linear_gflops', 'load_weights', 'get_model', 'ops_platform', 'save_random_model', 'causal_attention',
-           'head_partition', 'ColumnParallelLinear', 'MergedColumnParallelLinear', 'QKVParallelLinear',
-           'RowParallelLinear', 'VocabParallelEmbedding', 'ParallelLMHead', 'shard_model', 'prepack_lm_head',
-           'load_sharded_weights']
+           'linear_gflops', 'stacked_name', 'default_weight_loader', 'expected_loads', 'load_weights', 'get_model',
+           'ops_platform', 'save_random_model', 'causal_attention', 'head_partition', 'ColumnParallelLinear',
+           'MergedColumnParallelLinear', 'QKVParallelLinear', 'RowParallelLinear', 'VocabParallelEmbedding',
+           'ParallelLMHead', 'shard_model', 'prepack_lm_head']
 
 # %% ../../nbs/06_models.ipynb #3231e742
 class CustomOp(nn.Module):
@@ -256,38 +256,63 @@ SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCaus
 _PACKED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
            "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
 
+def stacked_name(name:str) -> tuple[str, int]:
+    "A checkpoint's q/k/v or gate/up name -> the stacked parameter's name and which part it is; any other name, part 0."
+    packed = next((p for p in name.split(".") if p in _PACKED), None)
+    if packed is None: return name, 0
+    target, shard = _PACKED[packed]
+    return name.replace(packed, target), shard
+
 def _shard_sizes(model, name):
     attn = model.layers[0].self_attn
     return [attn.q_size, attn.kv_size, attn.kv_size] if name == "qkv_proj" else [model.layers[0].mlp.inter] * 2
 
+# %% ../../nbs/06_models.ipynb #bcae900e
+def default_weight_loader(model, name:str, loaded, shard:int=0):
+    "Copy a whole checkpoint tensor (a lazy slice) into parameter `name`; part `shard` of a stacked q/k/v or gate/up: its rows."
+    dst, module = model.get_parameter(name).data, name.split(".")[-2]
+    if module in ("qkv_proj", "gate_up_proj"):
+        sizes = _shard_sizes(model, module)
+        dst = dst.narrow(0, sum(sizes[:shard]), sizes[shard])
+    t = loaded[:]
+    if t.shape != dst.shape: raise ValueError(f"shape {tuple(t.shape)}, expected {tuple(dst.shape)}")
+    dst.copy_(t)
+
+def expected_loads(model) -> set[tuple[str, str, int]]:
+    "Every (module, parameter, part) a checkpoint must fill: a loading layer's `loadable()`, else each parameter (q/k/v: 3 parts; gate/up: 2)."
+    tied, out, own = model.config.tie_word_embeddings, set(), set()
+    for mname, mod in model.named_modules():
+        if hasattr(mod, "weight_loader"):
+            own.add(mname)
+            if not (tied and mname == "lm_head"): out |= {(mname, n, i) for n, i in mod.loadable()}
+    for pname, _ in model.named_parameters():  # a tied lm_head is the embedding: listed once, as embed_tokens
+        mname, _, n = pname.rpartition(".")
+        if any(pname.startswith(o + ".") for o in own): continue
+        out |= {(mname, n, i) for i in range(3 if mname.endswith("qkv_proj") else 2 if mname.endswith("gate_up_proj") else 1)}
+    return out
+
+# %% ../../nbs/06_models.ipynb #ed8091ae
 def load_weights(model:LlamaForCausalLM, path:Path):
-    "Fill `model` from the safetensors files in `path`; every parameter (every shard of a stacked one) exactly once."
+    "Fill `model` (this rank's shard of it, with tensor parallelism) from the safetensors files in `path`, each tensor through its loader."
     from safetensors import safe_open
-    params = dict(model.named_parameters())  # a tied lm_head is the embedding: listed once, as embed_tokens
-    expected = {(n, i) for n in params for i in range(3 if ".qkv_proj." in n else 2 if ".gate_up_proj." in n else 1)}
+    expected, filled = expected_loads(model), set()
     files = sorted(Path(path).glob("*.safetensors"))
     if not files: raise ValueError(f"no *.safetensors files in {path}")
-    filled = set()
     for f in files:
         with safe_open(str(f), framework="pt") as st:
             for hf_name in st.keys():
-                name = hf_name.removeprefix("model.")
+                name, shard = stacked_name(hf_name.removeprefix("model."))
                 if name == "lm_head.weight" and model.config.tie_word_embeddings: continue
-                packed = next((p for p in name.split(".") if p in _PACKED), None)
-                if packed:  # q/k/v or gate/up: a slice of the stacked parameter
-                    target, shard = _PACKED[packed]
-                    name = name.replace(packed, target)
-                    sizes = _shard_sizes(model, target)
-                    if name not in params: raise ValueError(f"unexpected weight {hf_name} in {f.name}")
-                    dst = params[name].data.narrow(0, sum(sizes[:shard]), sizes[shard])
-                else:
-                    if name not in params: raise ValueError(f"unexpected weight {hf_name} in {f.name}")
-                    dst, shard = params[name].data, 0
-                t = st.get_tensor(hf_name)
-                if t.shape != dst.shape: raise ValueError(f"{hf_name}: shape {tuple(t.shape)}, expected {tuple(dst.shape)}")
-                dst.copy_(t)
-                filled.add((name, shard))
-    if missing := sorted(expected - filled): raise ValueError(f"weights missing from {path}: {missing[:5]}")
+                mname, _, pname = name.rpartition(".")
+                if (mname, pname, shard) not in expected: raise ValueError(f"unexpected weight {hf_name} in {f.name}")
+                mod = model.get_submodule(mname)
+                try:
+                    if hasattr(mod, "weight_loader"): mod.weight_loader(pname, st.get_slice(hf_name), shard)
+                    else: default_weight_loader(model, name, st.get_slice(hf_name), shard)
+                except ValueError as e: raise ValueError(f"{hf_name}: {e}") from None
+                filled.add((mname, pname, shard))
+    if missing := sorted(f"{m}.{p}" + (f" (part {i})" if m.endswith(("qkv_proj", "gate_up_proj")) else "") for m, p, i in expected - filled):
+        raise ValueError(f"weights missing from {path}: {missing[:5]}")
 
 # %% ../../nbs/06_models.ipynb #aa64d911
 def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
@@ -306,8 +331,7 @@ def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
     rope = RotaryEmbedding(cfg, head_dim, vllm_config.max_model_len)
     for layer in model.layers: layer.self_attn.rope = rope
     if cfg.tie_word_embeddings: model.lm_head.weight = model.embed_tokens.weight
-    if sharded: load_sharded_weights(model, vllm_config.model_path)
-    else: load_weights(model, vllm_config.model_path)
+    load_weights(model, vllm_config.model_path)  # each parallel layer reads its slice; the rest whole
     model = model.to(device=vllm_config.device, dtype=vllm_config.dtype).eval()
     prepack_linears(model)  # CPU: oneDNN's blocked weights (a no-op on CUDA, or where oneDNN is missing)
     if sharded: prepack_lm_head(model)  # the parallel LM head is not an nn.Linear: packed apart
@@ -492,37 +516,3 @@ def prepack_lm_head(model:LlamaForCausalLM) -> bool:
     lin.weight = w
     head.packed = PackedLinear(lin)
     return True
-
-# %% ../../nbs/06_models.ipynb #a18ed968
-def load_sharded_weights(model:LlamaForCausalLM, path:Path):
-    "Fill this rank's shard of `model` from the safetensors files in `path`, reading only this rank's slice of each tensor."
-    from safetensors import safe_open
-    tied = model.config.tie_word_embeddings
-    expected = set()
-    for mname, mod in model.named_modules():
-        if hasattr(mod, "weight_loader") and not (tied and mname == "lm_head"): expected |= {(mname, n, i) for n, i in mod.loadable()}
-    parallel = {n for n, _, _ in expected}
-    for pname, _ in model.named_parameters():
-        if pname.rpartition(".")[0] not in parallel and not pname.startswith(tuple(p + "." for p in parallel)): expected.add((pname, None, 0))
-    files = sorted(Path(path).glob("*.safetensors"))
-    if not files: raise ValueError(f"no *.safetensors files in {path}")
-    filled = set()
-    for f in files:
-        with safe_open(str(f), framework="pt") as st:
-            for hf_name in st.keys():
-                name = hf_name.removeprefix("model.")
-                if name == "lm_head.weight" and tied: continue
-                packed = next((p for p in name.split(".") if p in _PACKED), None)
-                shard = 0
-                if packed: target, shard = _PACKED[packed]; name = name.replace(packed, target)
-                mname, _, pname = name.rpartition(".")
-                if (mname, pname, shard) in expected:
-                    try: model.get_submodule(mname).weight_loader(pname, st.get_slice(hf_name), shard)
-                    except ValueError as e: raise ValueError(f"{hf_name}: {e}") from None
-                    filled.add((mname, pname, shard))
-                elif (name, None, 0) in expected:
-                    dst, t = model.get_parameter(name).data, st.get_tensor(hf_name)
-                    if t.shape != dst.shape: raise ValueError(f"{hf_name}: shape {tuple(t.shape)}, expected {tuple(dst.shape)}")
-                    dst.copy_(t); filled.add((name, None, 0))
-                else: raise ValueError(f"unexpected weight {hf_name} in {f.name}")
-    if missing := sorted(expected - filled, key=str): raise ValueError(f"weights missing from {path}: {missing[:5]}")
