@@ -71,14 +71,23 @@ class AsyncLLM:
         config = (engine_args or AsyncEngineArgs()).create_engine_config(kwargs.get("usage_context"))  # the server says 'openai_api_server'
         return cls(config, log_stats, served_model_name, kwargs.get("multiprocess_mode"), kwargs.get("client_addresses"))
 
-    @property
-    def errored(self) -> bool: return self.dead_error is not None
-    @property
-    def is_running(self) -> bool: return self._thread.is_alive() and not self.errored
-    @property
-    def is_stopped(self) -> bool: return self._stopped
-    async def get_tokenizer(self): return self.tokenizer
-    def get_num_unfinished_requests(self) -> int: return len(self._requests)
+# %% ../nbs/14_async_llm.ipynb #7a04059f
+from fastcore.basics import patch
+
+@patch(as_prop=True)
+def errored(self:AsyncLLM) -> bool: return self.dead_error is not None
+
+@patch(as_prop=True)
+def is_running(self:AsyncLLM) -> bool: return self._thread.is_alive() and not self.errored
+
+@patch(as_prop=True)
+def is_stopped(self:AsyncLLM) -> bool: return self._stopped
+
+@patch
+async def get_tokenizer(self:AsyncLLM): return self.tokenizer
+
+@patch
+def get_num_unfinished_requests(self:AsyncLLM) -> int: return len(self._requests)
 
 # %% ../nbs/14_async_llm.ipynb #0859e71d
 from fastcore.basics import patch

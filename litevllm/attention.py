@@ -178,30 +178,35 @@ class TorchAttentionBackend:
         self.md, self.plans = md, [self.plan(int(qsl[i]), int(ql), int(sl), md.block_tables[i])
                                    for i, (ql, sl) in enumerate(zip(md.query_lens, md.seq_lens_np)) if ql]
 
-    def store(self, layer_idx:int, k, v):
-        "Write this step's k/v rows into their slots; returns the layer's (k_cache, v_cache)."
-        k_cache, v_cache = self.kv_caches[layer_idx]
-        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, self.md.slot_mapping, k.to(k_cache.dtype))  # flat: (slots, kv_heads, head_dim)
-        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, self.md.slot_mapping, v.to(v_cache.dtype))
-        return k_cache, v_cache
-
-    def attend(self, q, k_cache, v_cache, plan):
-        "One request's attention over its whole context: q (q_len, H, D) -> (q_len, H, D)."
-        row, q_len, seq_len, blocks, mask = plan
-        kp = k_cache.index_select(0, blocks).flatten(0, 1)[:seq_len].transpose(0, 1)  # (kv_heads, seq_len, head_dim)
-        vp = v_cache.index_select(0, blocks).flatten(0, 1)[:seq_len].transpose(0, 1)
-        # 4-d (a batch of one): with 3-d inputs torch's CPU SDPA takes its slow math path instead of the flash kernel
-        qp = q[None, row:row + q_len].transpose(1, 2).to(kp.dtype)                     # (1, heads, q_len, head_dim)
-        o = F.scaled_dot_product_attention(qp, kp[None], vp[None], attn_mask=mask, is_causal=mask is None, scale=self.scale,
-                                           enable_gqa=True)
-        return o[0].transpose(0, 1).to(q.dtype)                                        # (q_len, heads, head_dim)
-
     def __call__(self, layer_idx:int, q, k, v):
         "q (T, H, D), k/v (T, Hkv, D) of this step -> attention output (T, H, D)."
         k_cache, v_cache = self.store(layer_idx, k, v)
         out = torch.empty_like(q)
         for p in self.plans: out[p[0]:p[0] + p[1]] = self.attend(q, k_cache, v_cache, p)
         return out
+
+# %% ../nbs/07_attention.ipynb #d7396d77
+from fastcore.basics import patch
+
+@patch
+def store(self:TorchAttentionBackend, layer_idx:int, k, v):
+    "Write this step's k/v rows into their slots; returns the layer's (k_cache, v_cache)."
+    k_cache, v_cache = self.kv_caches[layer_idx]
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, self.md.slot_mapping, k.to(k_cache.dtype))  # flat: (slots, kv_heads, head_dim)
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, self.md.slot_mapping, v.to(v_cache.dtype))
+    return k_cache, v_cache
+
+@patch
+def attend(self:TorchAttentionBackend, q, k_cache, v_cache, plan):
+    "One request's attention over its whole context: q (q_len, H, D) -> (q_len, H, D)."
+    row, q_len, seq_len, blocks, mask = plan
+    kp = k_cache.index_select(0, blocks).flatten(0, 1)[:seq_len].transpose(0, 1)  # (kv_heads, seq_len, head_dim)
+    vp = v_cache.index_select(0, blocks).flatten(0, 1)[:seq_len].transpose(0, 1)
+    # 4-d (a batch of one): with 3-d inputs torch's CPU SDPA takes its slow math path instead of the flash kernel
+    qp = q[None, row:row + q_len].transpose(1, 2).to(kp.dtype)                     # (1, heads, q_len, head_dim)
+    o = F.scaled_dot_product_attention(qp, kp[None], vp[None], attn_mask=mask, is_causal=mask is None, scale=self.scale,
+                                       enable_gqa=True)
+    return o[0].transpose(0, 1).to(q.dtype)                                        # (q_len, heads, head_dim)
 
 # %% ../nbs/07_attention.ipynb #88b21b6b
 class SDPAAttentionBackend(TorchAttentionBackend):
@@ -211,14 +216,6 @@ class SDPAAttentionBackend(TorchAttentionBackend):
                  group_size:int=8):  # decode requests per group: fewer means less padding, more calls
         super().__init__(kv_caches, block_size, scale)
         self.group_size, self.groups = group_size, []
-
-    def group(self, rows, seq_lens, tables) -> tuple:
-        "Decode requests as one batch: their rows, the blocks to gather, the padded length L, a (n, 1, 1, L) validity mask."
-        dev = tables.device
-        nblk = cdiv(int(seq_lens.max()), self.block_size)
-        L = nblk * self.block_size
-        valid = torch.arange(L, device=dev)[None, :] < torch.as_tensor(seq_lens, device=dev)[:, None]  # (n, L)
-        return torch.as_tensor(rows, device=dev), tables[:, :nblk].long().flatten(), L, valid[:, None, None, :]
 
     def prepare(self, md:AttentionMetadata):
         "Prefill/extend requests planned one by one; decode requests sorted by context length and cut into groups."
@@ -231,14 +228,6 @@ class SDPAAttentionBackend(TorchAttentionBackend):
         self.groups = [self.group(qsl[g], sl[g], md.block_tables.index_select(0, torch.as_tensor(g, device=dev)))
                        for g in np.split(dec, range(self.group_size, len(dec), self.group_size)) if len(g)]
 
-    def decode(self, q, k_cache, v_cache, blocks, L:int, valid):
-        "q (n, H, D) of n decoding requests -> (n, H, D): their padded contexts gathered, one SDPA call."
-        n, Hkv, D = q.shape[0], *k_cache.shape[2:]
-        kd = k_cache.index_select(0, blocks).view(n, L, Hkv, D).transpose(1, 2)  # (n, kv_heads, L, head_dim), float32
-        vd = v_cache.index_select(0, blocks).view(n, L, Hkv, D).transpose(1, 2)
-        o = F.scaled_dot_product_attention(q.unsqueeze(2).to(kd.dtype), kd, vd, attn_mask=valid, scale=self.scale, enable_gqa=True)
-        return o.squeeze(2).to(q.dtype)                                                   # (n, heads, head_dim)
-
     def __call__(self, layer_idx:int, q, k, v):
         k_cache, v_cache = self.store(layer_idx, k, v)
         out = torch.empty_like(q)
@@ -246,6 +235,25 @@ class SDPAAttentionBackend(TorchAttentionBackend):
             out.index_copy_(0, rows, self.decode(q.index_select(0, rows), k_cache, v_cache, blocks, L, valid))
         for p in self.plans: out[p[0]:p[0] + p[1]] = self.attend(q, k_cache, v_cache, p)
         return out
+
+# %% ../nbs/07_attention.ipynb #6f0c06bd
+@patch
+def group(self:SDPAAttentionBackend, rows, seq_lens, tables) -> tuple:
+    "Decode requests as one batch: their rows, the blocks to gather, the padded length L, a (n, 1, 1, L) validity mask."
+    dev = tables.device
+    nblk = cdiv(int(seq_lens.max()), self.block_size)
+    L = nblk * self.block_size
+    valid = torch.arange(L, device=dev)[None, :] < torch.as_tensor(seq_lens, device=dev)[:, None]  # (n, L)
+    return torch.as_tensor(rows, device=dev), tables[:, :nblk].long().flatten(), L, valid[:, None, None, :]
+
+@patch
+def decode(self:SDPAAttentionBackend, q, k_cache, v_cache, blocks, L:int, valid):
+    "q (n, H, D) of n decoding requests -> (n, H, D): their padded contexts gathered, one SDPA call."
+    n, Hkv, D = q.shape[0], *k_cache.shape[2:]
+    kd = k_cache.index_select(0, blocks).view(n, L, Hkv, D).transpose(1, 2)  # (n, kv_heads, L, head_dim), float32
+    vd = v_cache.index_select(0, blocks).view(n, L, Hkv, D).transpose(1, 2)
+    o = F.scaled_dot_product_attention(q.unsqueeze(2).to(kd.dtype), kd, vd, attn_mask=valid, scale=self.scale, enable_gqa=True)
+    return o.squeeze(2).to(q.dtype)                                                   # (n, heads, head_dim)
 
 # %% ../nbs/07_attention.ipynb #c7a0be01
 class CPUAttentionBackend(TorchAttentionBackend):

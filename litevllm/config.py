@@ -68,40 +68,46 @@ class EngineArgs:
     cudagraph_capture_sizes: list[int]|None = None  # decode batch sizes captured as CUDA graphs; None: 1, 2, 4, 8, 16, ... up to max_num_seqs
     trust_remote_code: bool = False        # accepted for vLLM compatibility; remote code is never run
 
-    def __post_init__(self):
-        def check(ok, name, msg):
-            if not ok: raise ValueError(f"{name} {msg}, got {getattr(self, name)!r}")
-        check(self.dtype in ("auto", "float32", "float16", "bfloat16", "half", "float", "bf16"), "dtype", "must be auto, float32, float16 or bfloat16")
-        check(self.max_model_len is None or self.max_model_len > 0, "max_model_len", "must be positive")
-        check(self.block_size > 0 and self.block_size & (self.block_size - 1) == 0, "block_size", "must be a positive power of two")
-        check(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
-        check(self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1")
-        check(self.long_prefill_token_threshold >= 0, "long_prefill_token_threshold", "must be >= 0")
-        check(self.scheduling_policy in ("fcfs", "priority"), "scheduling_policy", "must be 'fcfs' or 'priority'")
-        check(self.num_gpu_blocks_override is None or self.num_gpu_blocks_override >= 1, "num_gpu_blocks_override", "must be >= 1")
-        check(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")
-        check(self.tensor_parallel_size >= 1, "tensor_parallel_size", "must be >= 1")
-        check(self.data_parallel_size >= 1, "data_parallel_size", "must be >= 1")
-        check(self.data_parallel_backend in ("mp", "ray"), "data_parallel_backend", "must be 'mp' or 'ray'")
-        check(self.distributed_executor_backend in (None, "uni", "mp", "external_launcher"), "distributed_executor_backend",
-              "must be mp, uni or external_launcher")
-        check(self.distributed_executor_backend != "uni" or self.tensor_parallel_size == 1, "distributed_executor_backend",
-              "'uni' runs a single rank (tensor_parallel_size must be 1)")
-        check(self.max_loras >= 1, "max_loras", "must be >= 1")
-        check(self.max_lora_rank in (1, 8, 16, 32, 64, 128, 256, 320, 512), "max_lora_rank", "must be one of 1, 8, 16, 32, 64, 128, 256, 320, 512")
-        check(self.max_cpu_loras is None or self.max_cpu_loras >= self.max_loras, "max_cpu_loras", f"must be >= max_loras ({self.max_loras})")
-        check(not self.enable_lora or self.tensor_parallel_size == 1, "enable_lora", "with tensor_parallel_size > 1 is not supported (adapters are not sharded)")
-        check(self.reasoning_parser is None or isinstance(self.reasoning_parser, str), "reasoning_parser", "must be a reasoning parser's name")
-        check(self.speculative_config is None or isinstance(self.speculative_config, dict), "speculative_config",
-              "must be a dict (e.g. {'method': 'ngram', 'num_speculative_tokens': 3})")
-        check(self.max_logprobs >= -1, "max_logprobs", "must be >= 0, or -1 (no limit: the whole vocabulary)")
-        check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device", "must be auto, cpu or cuda")
-        check(self.attention_backend in ("auto", "cpu", "sdpa", "torch", "triton"), "attention_backend", "must be auto, cpu, sdpa, torch or triton")
-        check(self.cudagraph_capture_sizes is None or (len(self.cudagraph_capture_sizes) > 0 and all(isinstance(s, int) and s >= 1 for s in self.cudagraph_capture_sizes)),
-              "cudagraph_capture_sizes", "must be a non-empty list of positive batch sizes")
+    def __post_init__(self): self._verify()  # in the class body: dataclass calls it only if the class has it when it is made
 
-    @classmethod
-    def field_names(cls): return [f.name for f in fields(cls)]
+# %% ../nbs/00b_config.ipynb #4bcfbed9
+@patch
+def _verify(self:EngineArgs):
+    "Check every field; a `ValueError` names the first wrong one and its value."
+    def check(ok, name, msg):
+        if not ok: raise ValueError(f"{name} {msg}, got {getattr(self, name)!r}")
+    check(self.dtype in ("auto", "float32", "float16", "bfloat16", "half", "float", "bf16"), "dtype", "must be auto, float32, float16 or bfloat16")
+    check(self.max_model_len is None or self.max_model_len > 0, "max_model_len", "must be positive")
+    check(self.block_size > 0 and self.block_size & (self.block_size - 1) == 0, "block_size", "must be a positive power of two")
+    check(self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1")
+    check(self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1")
+    check(self.long_prefill_token_threshold >= 0, "long_prefill_token_threshold", "must be >= 0")
+    check(self.scheduling_policy in ("fcfs", "priority"), "scheduling_policy", "must be 'fcfs' or 'priority'")
+    check(self.num_gpu_blocks_override is None or self.num_gpu_blocks_override >= 1, "num_gpu_blocks_override", "must be >= 1")
+    check(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")
+    check(self.tensor_parallel_size >= 1, "tensor_parallel_size", "must be >= 1")
+    check(self.data_parallel_size >= 1, "data_parallel_size", "must be >= 1")
+    check(self.data_parallel_backend in ("mp", "ray"), "data_parallel_backend", "must be 'mp' or 'ray'")
+    check(self.distributed_executor_backend in (None, "uni", "mp", "external_launcher"), "distributed_executor_backend",
+          "must be mp, uni or external_launcher")
+    check(self.distributed_executor_backend != "uni" or self.tensor_parallel_size == 1, "distributed_executor_backend",
+          "'uni' runs a single rank (tensor_parallel_size must be 1)")
+    check(self.max_loras >= 1, "max_loras", "must be >= 1")
+    check(self.max_lora_rank in (1, 8, 16, 32, 64, 128, 256, 320, 512), "max_lora_rank", "must be one of 1, 8, 16, 32, 64, 128, 256, 320, 512")
+    check(self.max_cpu_loras is None or self.max_cpu_loras >= self.max_loras, "max_cpu_loras", f"must be >= max_loras ({self.max_loras})")
+    check(not self.enable_lora or self.tensor_parallel_size == 1, "enable_lora", "with tensor_parallel_size > 1 is not supported (adapters are not sharded)")
+    check(self.reasoning_parser is None or isinstance(self.reasoning_parser, str), "reasoning_parser", "must be a reasoning parser's name")
+    check(self.speculative_config is None or isinstance(self.speculative_config, dict), "speculative_config",
+          "must be a dict (e.g. {'method': 'ngram', 'num_speculative_tokens': 3})")
+    check(self.max_logprobs >= -1, "max_logprobs", "must be >= 0, or -1 (no limit: the whole vocabulary)")
+    check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device", "must be auto, cpu or cuda")
+    check(self.attention_backend in ("auto", "cpu", "sdpa", "torch", "triton"), "attention_backend", "must be auto, cpu, sdpa, torch or triton")
+    check(self.cudagraph_capture_sizes is None or (len(self.cudagraph_capture_sizes) > 0 and all(isinstance(s, int) and s >= 1 for s in self.cudagraph_capture_sizes)),
+          "cudagraph_capture_sizes", "must be a non-empty list of positive batch sizes")
+
+# %% ../nbs/00b_config.ipynb #48f7a512
+@patch(cls_method=True)
+def field_names(cls:EngineArgs): return [f.name for f in fields(cls)]
 
 # %% ../nbs/00b_config.ipynb #5e634b9c
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -189,7 +195,7 @@ class ParallelConfig:
             raise ValueError("data_parallel_size > 1 cannot be combined with distributed_executor_backend='external_launcher'")
         return cls(tp, backend, args.data_parallel_size, args.data_parallel_backend)
 
-# %% ../nbs/00b_config.ipynb #00bf38b2
+# %% ../nbs/00b_config.ipynb #debdcf48
 @dataclass
 class SpeculativeConfig:
     "Speculative decoding's settings, checked (vLLM's names): who proposes drafts, and how many per request and step."
@@ -227,6 +233,7 @@ class SpeculativeConfig:
         if tensor_parallel_size > 1: bad("method", "'draft_model' runs with tensor_parallel_size 1 only", method)
         return cls("draft_model", k, model=str(model), draft_hf_config=_check_draft(model, target_hf_config, target_tokenizer, bad))
 
+# %% ../nbs/00b_config.ipynb #61d03da6
 def _check_draft(model:str, target_hf_config, target_tokenizer, bad):
     "The draft's config, after checking it shares the target's vocabulary and tokenizer."
     from transformers import AutoConfig, AutoTokenizer

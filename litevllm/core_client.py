@@ -69,9 +69,10 @@ class InprocClient(EngineCoreClient):
     def __getattr__(self, name): return getattr(self.__dict__["engine_core"], name)  # scheduler, model_runner, step, ...
     def __setattr__(self, name, value): setattr(self.engine_core, name, value)
 
-# %% ../nbs/10b_core_client.ipynb #dd3de41a
+# %% ../nbs/10b_core_client.ipynb #cf574389
 _HELLO_TIMEOUT_S = float(os.environ.get("LITEVLLM_ENGINE_START_TIMEOUT", 600))
 
+# %% ../nbs/10b_core_client.ipynb #5485bbee
 class MPClient(EngineCoreClient):
     "Engine-core processes behind a ROUTER (requests out) and a PULL (outputs in) socket."
     multiprocess = True
@@ -112,17 +113,19 @@ class MPClient(EngineCoreClient):
         except BaseException: self.shutdown(); raise
         self.num_blocks = min(h.num_blocks for h in self.hellos)
 
-    def _bind(self, backend:str, given:dict|None=None) -> tuple[str, str]:
-        if given:  # an API server of several: the launcher chose the addresses its engine cores connect to
-            self.input_socket.bind(given["input_address"]); self.output_socket.bind(given["output_address"])
-            return given["input_address"], given["output_address"]
-        if backend == "ray":  # engines on other nodes connect over TCP to this node's address (the one Ray knows it by)
-            host = _init_ray().util.get_node_ip_address()
-            in_port, out_port = (s.bind_to_random_port("tcp://*") for s in (self.input_socket, self.output_socket))
-            return f"tcp://{host}:{in_port}", f"tcp://{host}:{out_port}"
-        base = f"ipc://{tempfile.gettempdir()}/litevllm-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self.input_socket.bind(base + "-in"); self.output_socket.bind(base + "-out")
-        return base + "-in", base + "-out"
+# %% ../nbs/10b_core_client.ipynb #5b21e186
+@patch
+def _bind(self:MPClient, backend:str, given:dict|None=None) -> tuple[str, str]:
+    if given:  # an API server of several: the launcher chose the addresses its engine cores connect to
+        self.input_socket.bind(given["input_address"]); self.output_socket.bind(given["output_address"])
+        return given["input_address"], given["output_address"]
+    if backend == "ray":  # engines on other nodes connect over TCP to this node's address (the one Ray knows it by)
+        host = _init_ray().util.get_node_ip_address()
+        in_port, out_port = (s.bind_to_random_port("tcp://*") for s in (self.input_socket, self.output_socket))
+        return f"tcp://{host}:{in_port}", f"tcp://{host}:{out_port}"
+    base = f"ipc://{tempfile.gettempdir()}/litevllm-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    self.input_socket.bind(base + "-in"); self.output_socket.bind(base + "-out")
+    return base + "-in", base + "-out"
 
 # %% ../nbs/10b_core_client.ipynb #654023f1
 def _shutdown_client(managers:list, ctx, sockets:list):

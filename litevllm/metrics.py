@@ -94,7 +94,7 @@ def update_from_finished_request(self:IterationStats, finish_reason:str, stats, 
                                                        num_cached_tokens=num_cached_tokens, n_param=n_param, max_tokens_param=max_tokens_param,
                                                        num_preemptions=stats.num_preemptions))
 
-# %% ../nbs/10c_metrics.ipynb #a409ac57
+# %% ../nbs/10c_metrics.ipynb #6b25f555
 disable_created_metrics()  # no `*_created` timestamp series beside each counter (vLLM turns them off too)
 _LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
 _ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
@@ -106,6 +106,7 @@ _WAITING_REASONS = ("capacity", "deferred")  # SchedulerStats.num_waiting_reqs, 
 _CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")  # vLLM's CacheHitSource; litevllm has only device
 _ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")  # the front end's queue limits
 
+# %% ../nbs/10c_metrics.ipynb #baa042de
 def _request_tokens_buckets(max_model_len:int) -> list[int]:
     "vLLM's 1-2-5 series up to max_model_len (request token histograms)."
     res, exp = [], 0
@@ -115,6 +116,7 @@ def _request_tokens_buckets(max_model_len:int) -> list[int]:
             res.append(m * 10**exp)
         exp += 1
 
+# %% ../nbs/10c_metrics.ipynb #8700289a
 class PrometheusStatLogger:
     "vLLM's Prometheus metrics (names, labels `model_name` and `engine`, buckets), in a registry of their own; one label set per engine core."
     def __init__(self, model_name:str, num_blocks:int, registry:CollectorRegistry|None=None,
@@ -125,70 +127,92 @@ class PrometheusStatLogger:
         self.registry = r = registry or CollectorRegistry()
         self.engines = [str(e) for e in engine_indexes] if engine_indexes is not None else [str(engine)]
         self.model_name, self.num_blocks, self.engine = model_name, num_blocks, self.engines[0]
-        lab, fams = ["model_name", "engine"], {}
-        def gauge(attr, name, doc): fams[attr] = prom.Gauge(name, doc, lab, registry=r, multiprocess_mode="mostrecent")
-        def counter(attr, name, doc): fams[attr] = prom.Counter(name, doc, lab, registry=r)
-        def hist(attr, name, doc, buckets): fams[attr] = prom.Histogram(name, doc, lab, buckets=buckets, registry=r)
-        tok_buckets = _request_tokens_buckets(max_model_len)
-        gauge("num_requests_running", "vllm:num_requests_running", "Number of requests in model execution batches.")
-        gauge("num_requests_waiting", "vllm:num_requests_waiting", "Number of requests waiting to be processed.")
-        waiting_by_reason = prom.Gauge("vllm:num_requests_waiting_by_reason", "Number of waiting requests by reason. Reason labels: "
-            "'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, "
-            "blocked status). Sum of all reasons equals vllm:num_requests_waiting.", lab + ["reason"], registry=r, multiprocess_mode="mostrecent")
-        gauge("kv_cache_usage", "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
-        gauge("num_free_blocks", "litevllm:num_free_blocks", "KV blocks with no request using them (cached or not).")
-        gauge("num_total_blocks", "litevllm:num_total_blocks", "KV blocks in the pool.")
-        gauge("num_unfinished", "litevllm:num_unfinished_requests", "Requests the front end is still tracking.")
-        counter("prefix_cache_queries", "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
-        counter("prefix_cache_hits", "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
-        counter("num_preemptions", "vllm:num_preemptions", "Cumulative number of preemption from the engine.")
-        counter("prompt_tokens", "vllm:prompt_tokens", "Number of prefill tokens processed.")
-        by_source = prom.Counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", lab + ["source"], registry=r)
-        counter("prompt_tokens_cached", "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
-        cached_by_source = prom.Counter("vllm:prompt_tokens_cached_by_source", "Prefix-cache hit tokens by the cache tier that supplied "
-            "them: device (local HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. "
-            "Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.", lab + ["source"], registry=r)
-        counter("generation_tokens", "vllm:generation_tokens", "Number of generation tokens processed.")
-        self.request_success = prom.Counter("vllm:request_success", "Count of successfully processed requests.",
-                                            lab + ["finished_reason"], registry=r)
-        self.admission_rejections = prom.Counter("vllm:admission_rejections", "Number of admission attempts rejected by a queue limit, by reason.",
-                                                 ["model_name", "reason"], registry=r)  # the front end's: no engine label (vLLM)
-        for reason in _ADMISSION_REASONS: self.admission_rejections.labels(model_name, reason)
-        hist("prompt_len", "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tok_buckets)
-        hist("gen_len", "vllm:request_generation_tokens", "Number of generation tokens processed.", tok_buckets)
-        hist("iteration_tokens", "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", _ITERATION_TOKENS_BUCKETS)
-        hist("max_num_gen_tokens", "vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.", tok_buckets)
-        hist("params_n", "vllm:request_params_n", "Histogram of the n request parameter.", [1, 2, 5, 10, 20])
-        hist("params_max_tokens", "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", tok_buckets)
-        hist("ttft", "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _LATENCY_BUCKETS)
-        hist("itl", "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _ITL_BUCKETS)
-        hist("tpot", "vllm:time_per_output_token_seconds", "Mean time per output token of each request, in seconds (vLLM's older name).", _ITL_BUCKETS)
-        hist("tpot_v1", "vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", _ITL_BUCKETS)
-        hist("e2e", "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", _E2E_BUCKETS)
-        hist("queue_time", "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", _E2E_BUCKETS)
-        hist("inference_time", "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", _E2E_BUCKETS)
-        hist("prefill_time", "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", _E2E_BUCKETS)
-        hist("decode_time", "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", _E2E_BUCKETS)
-        hist("request_num_preemptions", "vllm:request_num_preemptions", "Histogram of the number of times a request was preempted.",
-             _REQUEST_NUM_PREEMPTIONS_BUCKETS)
-        hist("prefill_kv_computed", "vllm:request_prefill_kv_computed_tokens",
-             "Histogram of new KV tokens computed during prefill (excluding cached tokens).", tok_buckets)
-        info_fam = None
-        self.views = {}  # engine -> its children of every family
-        for e in self.engines:
-            v = self.views[e] = SimpleNamespace(engine=e, last_preemptions=0, **{k: f.labels(model_name, e) for k, f in fams.items()})
-            v.num_total_blocks.set(num_blocks); v.num_free_blocks.set(num_blocks)
-            v.waiting_by_reason = {x: waiting_by_reason.labels(model_name, e, x) for x in _WAITING_REASONS}
-            v.prompt_tokens_by_source = {x: by_source.labels(model_name, e, x) for x in PromptTokenStats.ALL_SOURCES}
-            v.prompt_tokens_cached_by_source = {x: cached_by_source.labels(model_name, e, x) for x in _CACHE_HIT_SOURCES}
-            for reason in _FINISH_REASONS: self.request_success.labels(model_name, e, reason)
-            info = {k: str(v_) for k, v_ in (cache_config or {"num_gpu_blocks": num_blocks}).items()} | {"engine": e}
-            if info_fam is None: info_fam = prom.Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", list(info), registry=r,
-                                                       multiprocess_mode="mostrecent")
-            info_fam.labels(**info).set(1)  # an info metric: a gauge set to 1, as vLLM
+        lab, fams = ["model_name", "engine"], {}  # fams: attribute name -> a family labelled by model and engine
+        by_label = self._scalar_families(fams, lab)
+        self._histogram_families(fams, lab, max_model_len)
+        self._engine_views(fams, by_label, cache_config)
         self.__dict__.update({k: getattr(self.views[self.engine], k) for k in fams})  # the first engine's, by their names
         self.spec_decoding_prom = None if speculative_config is None else SpecDecodingProm(speculative_config, r, model_name, self.engines)
         add_idle_families(r, model_name, self.engines)
+
+# %% ../nbs/10c_metrics.ipynb #cf50cff5
+@patch
+def _scalar_families(self:PrometheusStatLogger, fams:dict, lab:list[str]) -> dict:
+    "The gauges and counters: those labelled by model and engine into `fams`; returns those with one more label (reason or source)."
+    r = self.registry
+    def gauge(attr, name, doc): fams[attr] = prom.Gauge(name, doc, lab, registry=r, multiprocess_mode="mostrecent")
+    def counter(attr, name, doc): fams[attr] = prom.Counter(name, doc, lab, registry=r)
+    gauge("num_requests_running", "vllm:num_requests_running", "Number of requests in model execution batches.")
+    gauge("num_requests_waiting", "vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+    waiting_by_reason = prom.Gauge("vllm:num_requests_waiting_by_reason", "Number of waiting requests by reason. Reason labels: "
+        "'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, "
+        "blocked status). Sum of all reasons equals vllm:num_requests_waiting.", lab + ["reason"], registry=r, multiprocess_mode="mostrecent")
+    gauge("kv_cache_usage", "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+    gauge("num_free_blocks", "litevllm:num_free_blocks", "KV blocks with no request using them (cached or not).")
+    gauge("num_total_blocks", "litevllm:num_total_blocks", "KV blocks in the pool.")
+    gauge("num_unfinished", "litevllm:num_unfinished_requests", "Requests the front end is still tracking.")
+    counter("prefix_cache_queries", "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
+    counter("prefix_cache_hits", "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+    counter("num_preemptions", "vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+    counter("prompt_tokens", "vllm:prompt_tokens", "Number of prefill tokens processed.")
+    by_source = prom.Counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", lab + ["source"], registry=r)
+    counter("prompt_tokens_cached", "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
+    cached_by_source = prom.Counter("vllm:prompt_tokens_cached_by_source", "Prefix-cache hit tokens by the cache tier that supplied "
+        "them: device (local HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. "
+        "Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.", lab + ["source"], registry=r)
+    counter("generation_tokens", "vllm:generation_tokens", "Number of generation tokens processed.")
+    self.request_success = prom.Counter("vllm:request_success", "Count of successfully processed requests.",
+                                        lab + ["finished_reason"], registry=r)
+    self.admission_rejections = prom.Counter("vllm:admission_rejections", "Number of admission attempts rejected by a queue limit, by reason.",
+                                             ["model_name", "reason"], registry=r)  # the front end's: no engine label (vLLM)
+    for reason in _ADMISSION_REASONS: self.admission_rejections.labels(self.model_name, reason)
+    return dict(waiting_by_reason=waiting_by_reason, by_source=by_source, cached_by_source=cached_by_source)
+
+# %% ../nbs/10c_metrics.ipynb #e3bff897
+@patch
+def _histogram_families(self:PrometheusStatLogger, fams:dict, lab:list[str], max_model_len:int):
+    "The histograms, into `fams`, with vLLM's buckets (request token counts up to `max_model_len`)."
+    def hist(attr, name, doc, buckets): fams[attr] = prom.Histogram(name, doc, lab, buckets=buckets, registry=self.registry)
+    tok_buckets = _request_tokens_buckets(max_model_len)
+    hist("prompt_len", "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tok_buckets)
+    hist("gen_len", "vllm:request_generation_tokens", "Number of generation tokens processed.", tok_buckets)
+    hist("iteration_tokens", "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", _ITERATION_TOKENS_BUCKETS)
+    hist("max_num_gen_tokens", "vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.", tok_buckets)
+    hist("params_n", "vllm:request_params_n", "Histogram of the n request parameter.", [1, 2, 5, 10, 20])
+    hist("params_max_tokens", "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", tok_buckets)
+    hist("ttft", "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _LATENCY_BUCKETS)
+    hist("itl", "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _ITL_BUCKETS)
+    hist("tpot", "vllm:time_per_output_token_seconds", "Mean time per output token of each request, in seconds (vLLM's older name).", _ITL_BUCKETS)
+    hist("tpot_v1", "vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", _ITL_BUCKETS)
+    hist("e2e", "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", _E2E_BUCKETS)
+    hist("queue_time", "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", _E2E_BUCKETS)
+    hist("inference_time", "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", _E2E_BUCKETS)
+    hist("prefill_time", "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", _E2E_BUCKETS)
+    hist("decode_time", "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", _E2E_BUCKETS)
+    hist("request_num_preemptions", "vllm:request_num_preemptions", "Histogram of the number of times a request was preempted.",
+         _REQUEST_NUM_PREEMPTIONS_BUCKETS)
+    hist("prefill_kv_computed", "vllm:request_prefill_kv_computed_tokens",
+         "Histogram of new KV tokens computed during prefill (excluding cached tokens).", tok_buckets)
+
+# %% ../nbs/10c_metrics.ipynb #2173a034
+@patch
+def _engine_views(self:PrometheusStatLogger, fams:dict, by_label:dict, cache_config:dict|None):
+    "Each engine's children of every family (`self.views`), its block gauges set, its finish reasons at 0, and its cache_config_info."
+    model_name, num_blocks, r = self.model_name, self.num_blocks, self.registry
+    waiting_by_reason, by_source, cached_by_source = by_label["waiting_by_reason"], by_label["by_source"], by_label["cached_by_source"]
+    info_fam = None
+    self.views = {}  # engine -> its children of every family
+    for e in self.engines:
+        v = self.views[e] = SimpleNamespace(engine=e, last_preemptions=0, **{k: f.labels(model_name, e) for k, f in fams.items()})
+        v.num_total_blocks.set(num_blocks); v.num_free_blocks.set(num_blocks)
+        v.waiting_by_reason = {x: waiting_by_reason.labels(model_name, e, x) for x in _WAITING_REASONS}
+        v.prompt_tokens_by_source = {x: by_source.labels(model_name, e, x) for x in PromptTokenStats.ALL_SOURCES}
+        v.prompt_tokens_cached_by_source = {x: cached_by_source.labels(model_name, e, x) for x in _CACHE_HIT_SOURCES}
+        for reason in _FINISH_REASONS: self.request_success.labels(model_name, e, reason)
+        info = {k: str(v_) for k, v_ in (cache_config or {"num_gpu_blocks": num_blocks}).items()} | {"engine": e}
+        if info_fam is None: info_fam = prom.Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", list(info), registry=r,
+                                                   multiprocess_mode="mostrecent")
+        info_fam.labels(**info).set(1)  # an info metric: a gauge set to 1, as vLLM
 
 # %% ../nbs/10c_metrics.ipynb #cf9dfb0a
 _IDLE_COUNTERS = (  # (name, help) of counters vLLM exports for parts litevllm does not have: they stay 0
@@ -241,18 +265,23 @@ def record(self:PrometheusStatLogger, scheduler_stats:SchedulerStats|None=None, 
         v.iteration_tokens.observe(it.num_prompt_tokens - it.num_cached_tokens + it.num_generation_tokens)  # tokens computed this step
     for t in it.time_to_first_tokens_iter: v.ttft.observe(t)
     for t in it.inter_token_latencies_iter: v.itl.observe(t)
-    for f in it.finished_requests:
-        self.request_success.labels(self.model_name, v.engine, f.finish_reason).inc()
-        v.e2e.observe(f.e2e_latency)
-        for h, x in ((v.queue_time, f.queued_time), (v.prefill_time, f.prefill_time), (v.decode_time, f.decode_time),
-                     (v.inference_time, f.inference_time)): h.observe(x)
-        v.request_num_preemptions.observe(f.num_preemptions)
-        v.prefill_kv_computed.observe(f.num_prompt_tokens - max(f.num_cached_tokens, 0))
-        if f.n_param is not None: v.params_n.observe(f.n_param)
-        if f.max_tokens_param: v.params_max_tokens.observe(f.max_tokens_param); v.max_num_gen_tokens.observe(f.max_tokens_param)
-        v.prompt_len.observe(f.num_prompt_tokens); v.gen_len.observe(f.num_generation_tokens)
-        if f.mean_time_per_output_token is not None:
-            v.tpot.observe(f.mean_time_per_output_token); v.tpot_v1.observe(f.mean_time_per_output_token)
+    for f in it.finished_requests: self._record_finished(v, f)
+
+# %% ../nbs/10c_metrics.ipynb #c5cf6747
+@patch
+def _record_finished(self:PrometheusStatLogger, v:SimpleNamespace, f:FinishedRequestStats):
+    "One finished request on engine view `v`: its finish reason counted, its latencies, phase times, lengths and parameters observed."
+    self.request_success.labels(self.model_name, v.engine, f.finish_reason).inc()
+    v.e2e.observe(f.e2e_latency)
+    for h, x in ((v.queue_time, f.queued_time), (v.prefill_time, f.prefill_time), (v.decode_time, f.decode_time),
+                 (v.inference_time, f.inference_time)): h.observe(x)
+    v.request_num_preemptions.observe(f.num_preemptions)
+    v.prefill_kv_computed.observe(f.num_prompt_tokens - max(f.num_cached_tokens, 0))
+    if f.n_param is not None: v.params_n.observe(f.n_param)
+    if f.max_tokens_param: v.params_max_tokens.observe(f.max_tokens_param); v.max_num_gen_tokens.observe(f.max_tokens_param)
+    v.prompt_len.observe(f.num_prompt_tokens); v.gen_len.observe(f.num_generation_tokens)
+    if f.mean_time_per_output_token is not None:
+        v.tpot.observe(f.mean_time_per_output_token); v.tpot_v1.observe(f.mean_time_per_output_token)
 
 # %% ../nbs/10c_metrics.ipynb #ca30f123
 @patch

@@ -124,7 +124,7 @@ def _update_states(self:ModelRunner, so:SchedulerOutput):
         st.block_ids = list(blocks) if resumed else st.block_ids + list(blocks)
         st.num_computed_tokens = n
 
-# %% ../nbs/09_model_runner.ipynb #77acc0bb
+# %% ../nbs/09_model_runner.ipynb #88d1a581
 @dataclass
 class InputBatch:
     "One step's flat batch: the model's inputs, the attention metadata, and which rows sample."
@@ -138,6 +138,7 @@ class InputBatch:
     embeds_rows: torch.Tensor|None = None  # the rows that are prompt-embeds positions...
     embeds: torch.Tensor|None = None       # ...and their embeddings, (len(embeds_rows), hidden)
 
+# %% ../nbs/09_model_runner.ipynb #76a27e63
 @patch
 def _prepare_inputs(self:ModelRunner, so:SchedulerOutput) -> InputBatch:
     "The flat batch of `so` from the runner's batch state (which it leaves as it is)."
@@ -164,6 +165,7 @@ def _prepare_inputs(self:ModelRunner, so:SchedulerOutput) -> InputBatch:
                       build_attention_metadata(qlens, slens, tables, self.block_size, dev), sample_rows, sample_ids, drafts, plp,
                       torch.from_numpy(np.concatenate(erows)).to(dev) if erows else None, torch.cat(eparts) if eparts else None)
 
+# %% ../nbs/09_model_runner.ipynb #44350cd9
 @patch
 def _inputs_embeds(self:ModelRunner, b:InputBatch) -> torch.Tensor|None:
     "The step's input embeddings when some rows are prompt embeddings: the ids' own, those rows replaced (None: ids only)."

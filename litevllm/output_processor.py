@@ -85,11 +85,12 @@ class RequestOutput:
         outs = (",\n" + pad).join(o._repr(len(pad)) for o in self.outputs)
         return f"{head[:-1]},\n{pad[:len('RequestOutput(')]}outputs=[{outs}])"
 
-# %% ../nbs/10_output_processor.ipynb #62c57d1a
+# %% ../nbs/10_output_processor.ipynb #84f15689
 def _backend(tokenizer):
     "The tokenizers-library Tokenizer behind a transformers tokenizer."
     return getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer")
 
+# %% ../nbs/10_output_processor.ipynb #c5e52f9e
 class IncrementalDetokenizer:
     "Turns output tokens into text, one step at a time."
     def __init__(self, tokenizer, prompt_token_ids:list[int], skip_special_tokens:bool=True,
@@ -113,20 +114,23 @@ class IncrementalDetokenizer:
             self.stream = DecodeStream(skip_special_tokens=self.skip_special_tokens)
             return self.stream.step(self.tok, t)
 
-    def decode_next(self, t:int) -> str:
-        "The text token `t` adds (\"\" while a character is incomplete)."
-        piece = self._step(t)
-        if self.added is not None:
-            special = self.added.get(t)
-            if special is not None and self.last_special: piece = special
-            self.last_special = special is not None
-        return piece or ""
+# %% ../nbs/10_output_processor.ipynb #5fa18476
+@patch
+def decode_next(self:IncrementalDetokenizer, t:int) -> str:
+    "The text token `t` adds (\"\" while a character is incomplete)."
+    piece = self._step(t)
+    if self.added is not None:
+        special = self.added.get(t)
+        if special is not None and self.last_special: piece = special
+        self.last_special = special is not None
+    return piece or ""
 
-    def update(self, new_token_ids:list[int]) -> int:
-        "Decode new tokens; the number of characters added."
-        n = len(self.output_text)
-        for t in new_token_ids: self.output_text += self.decode_next(t)
-        return len(self.output_text) - n
+@patch
+def update(self:IncrementalDetokenizer, new_token_ids:list[int]) -> int:
+    "Decode new tokens; the number of characters added."
+    n = len(self.output_text)
+    for t in new_token_ids: self.output_text += self.decode_next(t)
+    return len(self.output_text) - n
 
 # %% ../nbs/10_output_processor.ipynb #a0631d0a
 def check_stop_strings(output_text:str, new_char_count:int, stop:list[str], include_in_output:bool) -> tuple[str, int]|None:

@@ -66,12 +66,13 @@ class DeltaMessage(_OpenAIModel):
         if not data.get("tool_calls"): data.pop("tool_calls", None)
         return data
 
-# %% ../nbs/20_reasoning.ipynb #163cc31e
+# %% ../nbs/20_reasoning.ipynb #563106f9
 class ReasoningEnd(NamedTuple):
     "Where the reasoning ends in a run of tokens."
     offset: int      # index of the first end token (the run's length if there is none)
     implicit: bool   # the end token is content too (`<tool_call>` ends the reasoning and starts a call)
 
+# %% ../nbs/20_reasoning.ipynb #1d3fd06b
 class ReasoningParser:
     "Splits a model's output into reasoning and content (vLLM's interface). One instance follows one output stream."
     start_token: str|None = None            # the marker that opens the reasoning, "<think>"
@@ -85,12 +86,6 @@ class ReasoningParser:
 
     @cached_property
     def vocab(self) -> dict[str, int]: return self.model_tokenizer.get_vocab()
-    def token_id(self, token:str|None) -> int|None:
-        "The id of `token` if it is one token of the vocabulary, else None (as `vocab.get`, without building the 50k-entry dict)."
-        if not token: return None
-        try: i = self.model_tokenizer.convert_tokens_to_ids(token)
-        except (AttributeError, NotImplementedError): return self.vocab.get(token)
-        return i if isinstance(i, int) and self.model_tokenizer.convert_ids_to_tokens(i) == token else None
     @cached_property
     def start_token_id(self) -> int|None: return self.token_id(self.start_token)
     @cached_property
@@ -119,31 +114,49 @@ class ReasoningParser:
     def has_engine_confirmed_reasoning_end(self) -> bool: return False
     def adjust_request(self, request): return request
 
-    # text helpers: where a marker is not one token of the vocabulary, the token ids are looked at through their text
-    def _decode(self, ids:Sequence[int]) -> str: return self.model_tokenizer.decode(list(ids), skip_special_tokens=False)
-    def _token_text(self, token_id:int) -> str:
-        if (s := self._token_text_cache.get(token_id)) is None: s = self._token_text_cache[token_id] = self._decode([token_id])
-        return s
-    def _token_starts(self, ids:Sequence[int]) -> tuple[str, list[int]]:
-        "The text of `ids` (token by token) and where each token starts in it."
-        starts, parts, n = [], [], 0
-        for t in ids:
-            s = self._token_text(t); starts.append(n); parts.append(s); n += len(s)
-        return "".join(parts), starts
-    def _text_end_in_delta(self, input_ids:Sequence[int], delta_ids:Sequence[int], marker:str) -> bool:
-        "Does `marker`'s last character arrive in `delta_ids` (the tail of `input_ids`)? A token holds at least one character."
-        n = len(delta_ids)
-        if n == 0 or not input_ids: return False
-        window = list(input_ids[-(n + len(marker)):])
-        before, text = self._decode(window[:-n]), self._decode(window)
-        return marker in text[max(0, len(before) - len(marker) + 1):]
-    def _ids_after_marker(self, ids:Sequence[int], marker:str, last:bool) -> int|None:
-        "Index of the token that completes the first (or last) `marker` in the text of `ids`; None if it is not there."
-        text, starts = self._token_starts(ids)
-        pos = text.rfind(marker) if last else text.find(marker)
-        if pos < 0: return None
-        end = pos + len(marker)  # the token whose span holds the marker's last character
-        return max(i for i, s in enumerate(starts) if s < end)
+# %% ../nbs/20_reasoning.ipynb #efb333fe
+@patch
+def token_id(self:ReasoningParser, token:str|None) -> int|None:
+    "The id of `token` if it is one token of the vocabulary, else None (as `vocab.get`, without building the 50k-entry dict)."
+    if not token: return None
+    try: i = self.model_tokenizer.convert_tokens_to_ids(token)
+    except (AttributeError, NotImplementedError): return self.vocab.get(token)
+    return i if isinstance(i, int) and self.model_tokenizer.convert_ids_to_tokens(i) == token else None
+
+# %% ../nbs/20_reasoning.ipynb #792284a4
+@patch
+def _decode(self:ReasoningParser, ids:Sequence[int]) -> str: return self.model_tokenizer.decode(list(ids), skip_special_tokens=False)
+
+@patch
+def _token_text(self:ReasoningParser, token_id:int) -> str:
+    if (s := self._token_text_cache.get(token_id)) is None: s = self._token_text_cache[token_id] = self._decode([token_id])
+    return s
+
+@patch
+def _token_starts(self:ReasoningParser, ids:Sequence[int]) -> tuple[str, list[int]]:
+    "The text of `ids` (token by token) and where each token starts in it."
+    starts, parts, n = [], [], 0
+    for t in ids:
+        s = self._token_text(t); starts.append(n); parts.append(s); n += len(s)
+    return "".join(parts), starts
+
+@patch
+def _text_end_in_delta(self:ReasoningParser, input_ids:Sequence[int], delta_ids:Sequence[int], marker:str) -> bool:
+    "Does `marker`'s last character arrive in `delta_ids` (the tail of `input_ids`)? A token holds at least one character."
+    n = len(delta_ids)
+    if n == 0 or not input_ids: return False
+    window = list(input_ids[-(n + len(marker)):])
+    before, text = self._decode(window[:-n]), self._decode(window)
+    return marker in text[max(0, len(before) - len(marker) + 1):]
+
+@patch
+def _ids_after_marker(self:ReasoningParser, ids:Sequence[int], marker:str, last:bool) -> int|None:
+    "Index of the token that completes the first (or last) `marker` in the text of `ids`; None if it is not there."
+    text, starts = self._token_starts(ids)
+    pos = text.rfind(marker) if last else text.find(marker)
+    if pos < 0: return None
+    end = pos + len(marker)  # the token whose span holds the marker's last character
+    return max(i for i, s in enumerate(starts) if s < end)
 
 # %% ../nbs/20_reasoning.ipynb #0d976513
 class ReasoningParserManager:

@@ -144,12 +144,15 @@ class Request:
             raise RuntimeError(f"request {self.request_id}: illegal transition {self._status.name} -> {new.name}")
         self._status = new
 
-    @property
-    def num_tokens(self) -> int: return len(self.all_token_ids)
-    @property
-    def num_tokens_with_spec(self) -> int: return len(self.all_token_ids) + len(self.spec_token_ids)  # what the next step may compute
-    @property
-    def num_output_tokens(self) -> int: return len(self.output_token_ids)
+# %% ../nbs/03_request.ipynb #2123444e
+@patch(as_prop=True)
+def num_tokens(self:Request) -> int: return len(self.all_token_ids)
+
+@patch(as_prop=True)
+def num_tokens_with_spec(self:Request) -> int: return len(self.all_token_ids) + len(self.spec_token_ids)  # what the next step may compute
+
+@patch(as_prop=True)
+def num_output_tokens(self:Request) -> int: return len(self.output_token_ids)
 
 # %% ../nbs/03_request.ipynb #007ed1cd
 @patch

@@ -56,11 +56,12 @@ class StructuredOutputsParams:
         "Which constraint this is: json, regex, choice, grammar or json_object."
         return next(k for k in self._KINDS if getattr(self, k) is not None)
 
-# %% ../nbs/01_sampling_params.ipynb #451fdf9a
+# %% ../nbs/01_sampling_params.ipynb #372e301f
 _SAMPLING_EPS = 1e-5
 _MAX_TEMP = 1e-2   # the smallest non-zero temperature (vLLM's name)
 logger = logging.getLogger("litevllm")
 
+# %% ../nbs/01_sampling_params.ipynb #53cb9853
 @dataclass
 class SamplingParams:
     "How to sample the tokens of one request (vLLM's names and defaults)."
@@ -109,55 +110,59 @@ class SamplingParams:
             self.top_p, self.top_k, self.min_p = 1.0, 0, 0.0
             if self.n > 1: raise VLLMValidationError(f"n must be 1 when using greedy sampling, got {self.n}.")
 
-    def _verify(self):
-        "vLLM's checks, in vLLM's words; `parameter` where vLLM names one."
-        def check(ok, msg, name=None):
-            if not ok: raise VLLMValidationError(msg, parameter=name, value=None if name is None else getattr(self, name))
-        num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        check(isinstance(self.n, int) and self.n >= 1, f"n must be at least 1, got {self.n}.")
-        check(num(self.presence_penalty) and -2.0 <= self.presence_penalty <= 2.0, f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
-        check(num(self.frequency_penalty) and -2.0 <= self.frequency_penalty <= 2.0, f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
-        check(num(self.repetition_penalty), f"repetition_penalty must be a finite number, got {self.repetition_penalty}.")
-        check(self.repetition_penalty > 0.0, f"repetition_penalty must be greater than zero, got {self.repetition_penalty}.")
-        check(num(self.temperature), f"temperature must be a finite number, got {self.temperature}.", "temperature")
-        check(self.temperature >= 0.0, f"temperature must be non-negative, got {self.temperature}.", "temperature")
-        check(self.temperature <= 2.0, f"temperature must be in [0, 2], got {self.temperature}.", "temperature")  # vLLM's (and OpenAI's) range
-        check(num(self.top_p) and 0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}.", "top_p")
-        check(isinstance(self.top_k, int), f"top_k must be an integer, got {type(self.top_k).__name__}")
-        check(self.top_k >= -1, f"top_k must be 0 (disable), or at least 1, got {self.top_k}.")  # -1 is quietly accepted as 0
-        check(num(self.min_p) and 0.0 <= self.min_p <= 1.0, f"min_p must be in [0, 1], got {self.min_p}.")
-        check(self.seed is None or isinstance(self.seed, int), f"seed must be an integer or None, got {self.seed!r}.", "seed")
-        check(self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 1), f"max_tokens must be at least 1, got {self.max_tokens}.", "max_tokens")
-        check(isinstance(self.min_tokens, int) and self.min_tokens >= 0, f"min_tokens must be greater than or equal to 0, got {self.min_tokens}.")
-        check(self.max_tokens is None or self.min_tokens <= self.max_tokens,
-              f"min_tokens must be less than or equal to max_tokens={self.max_tokens}, got {self.min_tokens}.")
-        check(self.logprobs is None or (isinstance(self.logprobs, int) and self.logprobs >= -1), f"logprobs must be non-negative or -1, got {self.logprobs}.", "logprobs")
-        check(self.prompt_logprobs is None or (isinstance(self.prompt_logprobs, int) and self.prompt_logprobs >= -1),
-              f"prompt_logprobs must be non-negative or -1, got {self.prompt_logprobs}.", "prompt_logprobs")
-        check(all(isinstance(s, str) and s for s in self.stop), "stop cannot contain an empty string.")
-        check(not self.stop or self.detokenize, "stop strings are only supported when detokenize is True. Set detokenize=True to use stop.")
-        check(all(isinstance(t, int) for t in self.stop_token_ids), f"stop_token_ids must contain only integers, got {self.stop_token_ids}.")
-        check(self.allowed_token_ids is None or len(self.allowed_token_ids) > 0, "allowed_token_ids is not None and empty!", "allowed_token_ids")
-        check(all(isinstance(w, str) and w for w in self.bad_words), f"bad_words cannot contain an empty string. Got bad_words={self.bad_words}")
-        check(isinstance(self.output_kind, RequestOutputKind), f"output_kind must be a RequestOutputKind, got {self.output_kind!r}.", "output_kind")
-        check(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputsParams),
-              f"structured_outputs must be a StructuredOutputsParams, got {type(self.structured_outputs).__name__}.", "structured_outputs")
+# %% ../nbs/01_sampling_params.ipynb #011e94ed
+@patch
+def _verify(self:SamplingParams):
+    "vLLM's checks, in vLLM's words; `parameter` where vLLM names one."
+    def check(ok, msg, name=None):
+        if not ok: raise VLLMValidationError(msg, parameter=name, value=None if name is None else getattr(self, name))
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    check(isinstance(self.n, int) and self.n >= 1, f"n must be at least 1, got {self.n}.")
+    check(num(self.presence_penalty) and -2.0 <= self.presence_penalty <= 2.0, f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
+    check(num(self.frequency_penalty) and -2.0 <= self.frequency_penalty <= 2.0, f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
+    check(num(self.repetition_penalty), f"repetition_penalty must be a finite number, got {self.repetition_penalty}.")
+    check(self.repetition_penalty > 0.0, f"repetition_penalty must be greater than zero, got {self.repetition_penalty}.")
+    check(num(self.temperature), f"temperature must be a finite number, got {self.temperature}.", "temperature")
+    check(self.temperature >= 0.0, f"temperature must be non-negative, got {self.temperature}.", "temperature")
+    check(self.temperature <= 2.0, f"temperature must be in [0, 2], got {self.temperature}.", "temperature")  # vLLM's (and OpenAI's) range
+    check(num(self.top_p) and 0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}.", "top_p")
+    check(isinstance(self.top_k, int), f"top_k must be an integer, got {type(self.top_k).__name__}")
+    check(self.top_k >= -1, f"top_k must be 0 (disable), or at least 1, got {self.top_k}.")  # -1 is quietly accepted as 0
+    check(num(self.min_p) and 0.0 <= self.min_p <= 1.0, f"min_p must be in [0, 1], got {self.min_p}.")
+    check(self.seed is None or isinstance(self.seed, int), f"seed must be an integer or None, got {self.seed!r}.", "seed")
+    check(self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 1), f"max_tokens must be at least 1, got {self.max_tokens}.", "max_tokens")
+    check(isinstance(self.min_tokens, int) and self.min_tokens >= 0, f"min_tokens must be greater than or equal to 0, got {self.min_tokens}.")
+    check(self.max_tokens is None or self.min_tokens <= self.max_tokens,
+          f"min_tokens must be less than or equal to max_tokens={self.max_tokens}, got {self.min_tokens}.")
+    check(self.logprobs is None or (isinstance(self.logprobs, int) and self.logprobs >= -1), f"logprobs must be non-negative or -1, got {self.logprobs}.", "logprobs")
+    check(self.prompt_logprobs is None or (isinstance(self.prompt_logprobs, int) and self.prompt_logprobs >= -1),
+          f"prompt_logprobs must be non-negative or -1, got {self.prompt_logprobs}.", "prompt_logprobs")
+    check(all(isinstance(s, str) and s for s in self.stop), "stop cannot contain an empty string.")
+    check(not self.stop or self.detokenize, "stop strings are only supported when detokenize is True. Set detokenize=True to use stop.")
+    check(all(isinstance(t, int) for t in self.stop_token_ids), f"stop_token_ids must contain only integers, got {self.stop_token_ids}.")
+    check(self.allowed_token_ids is None or len(self.allowed_token_ids) > 0, "allowed_token_ids is not None and empty!", "allowed_token_ids")
+    check(all(isinstance(w, str) and w for w in self.bad_words), f"bad_words cannot contain an empty string. Got bad_words={self.bad_words}")
+    check(isinstance(self.output_kind, RequestOutputKind), f"output_kind must be a RequestOutputKind, got {self.output_kind!r}.", "output_kind")
+    check(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputsParams),
+          f"structured_outputs must be a StructuredOutputsParams, got {type(self.structured_outputs).__name__}.", "structured_outputs")
 
-    @property
-    def sampling_type(self) -> str:
-        "greedy, random, or random_seed."
-        if self.temperature < _SAMPLING_EPS: return "greedy"
-        return "random" if self.seed is None else "random_seed"
+# %% ../nbs/01_sampling_params.ipynb #2f8ee062
+@patch(as_prop=True)
+def sampling_type(self:SamplingParams) -> str:
+    "greedy, random, or random_seed."
+    if self.temperature < _SAMPLING_EPS: return "greedy"
+    return "random" if self.seed is None else "random_seed"
 
-    @property
-    def all_stop_token_ids(self) -> set[int]: return set(self.stop_token_ids)
+@patch(as_prop=True)
+def all_stop_token_ids(self:SamplingParams) -> set[int]: return set(self.stop_token_ids)
 
-    @property
-    def output_text_buffer_length(self) -> int:
-        "Characters held back while streaming, so that a stop string is never half-sent."
-        return max(map(len, self.stop)) - 1 if self.stop and not self.include_stop_str_in_output else 0
+@patch(as_prop=True)
+def output_text_buffer_length(self:SamplingParams) -> int:
+    "Characters held back while streaming, so that a stop string is never half-sent."
+    return max(map(len, self.stop)) - 1 if self.stop and not self.include_stop_str_in_output else 0
 
-    def clone(self) -> SamplingParams: return copy.deepcopy(self)
+@patch
+def clone(self:SamplingParams) -> SamplingParams: return copy.deepcopy(self)
 
 # %% ../nbs/01_sampling_params.ipynb #885ad92e
 @patch

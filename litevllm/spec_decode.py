@@ -65,13 +65,14 @@ def _uniforms(n_rows:list[int], generators:dict, engine_generator, device) -> to
     for i, g in generators.items(): u[start[i]:start[i + 1]] = torch.rand(n_rows[i], generator=g, device=device)
     return u
 
-# %% ../nbs/23_spec_decode.ipynb #0dfad540
+# %% ../nbs/23_spec_decode.ipynb #78e3848c
 @dataclasses.dataclass
 class RejectionSamplerOutput:
     sampled_token_ids: list[list[int]]      # per request: the accepted drafts, then the model's own token
     logprobs_tensors: LogprobsTensors|None  # one row per emitted token, requests in order
     num_draft_tokens: list[int]             # per request: drafts it was given
 
+# %% ../nbs/23_spec_decode.ipynb #62a373e2
 class RejectionSampler:
     "Verify drafts against the model's distributions: greedy by argmax, sampled by speculative rejection sampling."
     def __init__(self, sampler:Sampler): self.sampler = sampler

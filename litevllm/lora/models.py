@@ -196,7 +196,7 @@ class LoRAModelManager:
     def list_adapters(self) -> list[int]: return list(self.cpu_cache)
     def slot_of(self, lora_id:int) -> int|None: return self.slots.index(lora_id) if lora_id in self.slots else None
 
-# %% ../../nbs/22b_lora.ipynb #a30daa94
+# %% ../../nbs/22b_lora.ipynb #ee608425
 @patch
 def add_adapter(self:LoRAModelManager, lora_request:LoRARequest) -> bool:
     "Load an adapter into the CPU cache (evicting the least recently used beyond `max_cpu_loras`); False if it was there already."
@@ -225,6 +225,7 @@ def remove_adapter(self:LoRAModelManager, lora_id:int) -> bool:
         for layer in self.layers.values(): layer.reset_lora(s)
     return self.cpu_cache.pop(lora_id, None) is not None
 
+# %% ../../nbs/22b_lora.ipynb #fa7a3769
 @patch
 def activate_adapter(self:LoRAModelManager, lora_request:LoRARequest, keep:set) -> int:
     "The slot of the adapter, put there if needed (loaded first if needed): a free slot, else the LRU one not in `keep`."

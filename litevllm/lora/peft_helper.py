@@ -37,7 +37,7 @@ def lora_in_features(hf_config, linear:str) -> int:
     head_dim = get_head_size(c)
     return {"o_proj": c.num_attention_heads * head_dim, "down_proj": c.intermediate_size}.get(linear, c.hidden_size)
 
-# %% ../../nbs/22a_lora_peft.ipynb #1af7fd35
+# %% ../../nbs/22a_lora_peft.ipynb #7b0ff90e
 _REFUSED = [  # (field, is it set?, why): LoRA variants and features that litevllm does not implement
     ("use_dora", lambda v: bool(v), "DoRA (use_dora) is not supported"),
     ("lora_bias", lambda v: bool(v), "LoRA bias (lora_bias) is not supported"),
@@ -54,6 +54,7 @@ _REFUSED = [  # (field, is it set?, why): LoRA variants and features that litevl
      "this init_lora_weights rewrites the base model's weights (PiSSA, OLoRA, CorDA, LoftQ): convert the adapter to a plain LoRA"),
 ]
 
+# %% ../../nbs/22a_lora_peft.ipynb #f67adf71
 @dataclass
 class PEFTHelper:
     "An adapter's `adapter_config.json`, read with peft's `LoraConfig`: rank, alpha and scale per module, and what litevllm refuses."
