@@ -15,6 +15,7 @@ from .inputs import InputProcessor, EngineCoreRequest, get_tokenizer, PromptType
 from .request import RequestStatus
 from .kv_cache import PrefixCacheStats
 from .scheduler import EngineCoreOutput, SchedulerStats, SpecDecodingStats
+from .stats import add_spec_stats
 from .executor import EngineDeadError  # noqa: re-exported, as before
 from .engine_core import EngineCore, EngineCoreOutputs  # EngineCore: also importable from here, as before
 from .core_client import EngineCoreClient, multiprocessing_enabled
@@ -151,17 +152,11 @@ def _note_core_stats(self:LLMEngine, outs:EngineCoreOutputs):
     pc = self._prefix_stats.setdefault(e, PrefixCacheStats())
     pc.requests, pc.queries, pc.hits = pc.requests + new.requests, pc.queries + new.queries, pc.hits + new.hits
     if (sd := outs.scheduler_stats.spec_decoding_stats) is not None:  # each step's drafts come once: add them up until taken
-        self._spec_stats[e] = _add_spec_stats(self._spec_stats.get(e), sd)
+        self._spec_stats[e] = add_spec_stats(self._spec_stats.get(e), sd)
         if self.spec_decoding_logging is not None: self.spec_decoding_logging.observe(sd)
     self.num_free_blocks = sum(self._core_free.values())
 
-def _add_spec_stats(total:SpecDecodingStats|None, s:SpecDecodingStats) -> SpecDecodingStats:
-    "`total` (None: nothing yet) with one more step's SpecDecodingStats added, position by position too."
-    t = total or SpecDecodingStats.new(s.num_spec_tokens)
-    t.num_drafts += s.num_drafts; t.num_draft_tokens += s.num_draft_tokens; t.num_accepted_tokens += s.num_accepted_tokens
-    for mine, theirs in ((t.num_accepted_tokens_per_pos, s.num_accepted_tokens_per_pos), (t.num_draft_tokens_per_pos, s.num_draft_tokens_per_pos)):
-        for p, n in enumerate(theirs): mine[p] += n
-    return t
+
 
 # %% ../nbs/11_engine.ipynb #f4fbfa05
 @patch
@@ -181,7 +176,7 @@ def get_stats(self:LLMEngine, take:bool=True) -> SchedulerStats:
     pc = PrefixCacheStats(*(sum(getattr(s.prefix_cache_stats, k) for s in ss) for k in ("requests", "queries", "hits")))
     spec = None
     for s in ss:
-        if s.spec_decoding_stats is not None: spec = _add_spec_stats(spec, s.spec_decoding_stats)
+        if s.spec_decoding_stats is not None: spec = add_spec_stats(spec, s.spec_decoding_stats)
     return SchedulerStats(sum(s.num_running_reqs for s in ss), sum(s.num_waiting_reqs for s in ss),
                           sum(s.kv_cache_usage for s in ss) / max(1, len(ss)), pc, sum(s.num_preemptions for s in ss),
                           sum(s.num_skipped_waiting_reqs for s in ss), spec)

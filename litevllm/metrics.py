@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import prometheus_client as prom
 from prometheus_client import CollectorRegistry, generate_latest, disable_created_metrics
 from .scheduler import EngineCoreOutput, SchedulerStats, SpecDecodingStats
+from .stats import add_spec_stats
 
 # %% auto #0
 __all__ = ['FinishedRequestStats', 'PromptTokenStats', 'IterationStats', 'PrometheusStatLogger', 'add_idle_families',
@@ -416,30 +417,22 @@ class SpecDecodingProm:
 
 # %% ../nbs/10c_metrics.ipynb #bb658705
 class SpecDecodingLogging:
-    "Add up the steps' SpecDecodingStats between two log lines; `log` writes vLLM's `SpecDecoding metrics` line and starts again."
+    "Add up the steps' SpecDecodingStats between two log lines (`add_spec_stats`); `log` writes vLLM's `SpecDecoding metrics` line and starts again."
     def __init__(self): self.reset()
-
-    def reset(self):
-        self.num_drafts = self.num_draft_tokens = self.num_accepted_tokens = 0
-        self.accepted_per_pos: list[int] = []  # by draft position
-        self.last_log_time = time.monotonic()
-
-    def observe(self, stats:SpecDecodingStats):
-        self.num_drafts += stats.num_drafts; self.num_draft_tokens += stats.num_draft_tokens; self.num_accepted_tokens += stats.num_accepted_tokens
-        pos = stats.num_accepted_tokens_per_pos
-        if len(self.accepted_per_pos) < len(pos): self.accepted_per_pos += [0] * (len(pos) - len(self.accepted_per_pos))
-        for p, n in enumerate(pos): self.accepted_per_pos[p] += n
+    def reset(self): self.total, self.last_log_time = None, time.monotonic()
+    def observe(self, stats:SpecDecodingStats): self.total = add_spec_stats(self.total, stats)
 
     def log(self, log_fn=None):  # log_fn: called as log_fn(format, *args) (default: the litevllm logger's info)
         "Log the line for the steps observed since the last one (none: nothing), then reset."
-        if not self.num_drafts: return
+        t = self.total
+        if t is None or not t.num_drafts: return
         elapsed = time.monotonic() - self.last_log_time
         per_s = lambda n: n / elapsed if elapsed > 0 else 0.0
-        rate = 100 * self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else float("nan")
-        by_pos = ", ".join(f"{n / self.num_drafts:.3f}" for n in self.accepted_per_pos)
+        rate = 100 * t.num_accepted_tokens / t.num_draft_tokens if t.num_draft_tokens else float("nan")
+        by_pos = ", ".join(f"{n / t.num_drafts:.3f}" for n in t.num_accepted_tokens_per_pos)
         (log_fn or logging.getLogger("litevllm").info)(
             "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, Drafted throughput: %.2f tokens/s, "
             "Accepted: %d tokens, Drafted: %d tokens, Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%",
-            1 + self.num_accepted_tokens / self.num_drafts, per_s(self.num_accepted_tokens), per_s(self.num_draft_tokens),
-            self.num_accepted_tokens, self.num_draft_tokens, by_pos, rate)
+            1 + t.num_accepted_tokens / t.num_drafts, per_s(t.num_accepted_tokens), per_s(t.num_draft_tokens),
+            t.num_accepted_tokens, t.num_draft_tokens, by_pos, rate)
         self.reset()

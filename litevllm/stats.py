@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from .kv_cache import PrefixCacheStats
 
 # %% auto #0
-__all__ = ['SpecDecodingStats', 'SchedulerStats']
+__all__ = ['SpecDecodingStats', 'add_spec_stats', 'SchedulerStats']
 
 # %% ../nbs/05_sched_stats.ipynb #b6bf67c0
 @dataclass
@@ -31,6 +31,17 @@ class SpecDecodingStats:
             per_pos.extend([0] * (num_draft_tokens - len(per_pos)))
         for i in range(num_accepted_tokens): self.num_accepted_tokens_per_pos[i] += 1
         for i in range(num_draft_tokens): self.num_draft_tokens_per_pos[i] += 1
+
+# %% ../nbs/05_sched_stats.ipynb #1b1f76bb
+def add_spec_stats(total:SpecDecodingStats|None, s:SpecDecodingStats) -> SpecDecodingStats:
+    "`total` (None: nothing yet) with `s` added, position by position (the longer list sets the length); `total` itself when given."
+    t = total if total is not None else SpecDecodingStats.new(s.num_spec_tokens)
+    t.num_spec_tokens = max(t.num_spec_tokens, s.num_spec_tokens)
+    t.num_drafts += s.num_drafts; t.num_draft_tokens += s.num_draft_tokens; t.num_accepted_tokens += s.num_accepted_tokens
+    for mine, theirs in ((t.num_accepted_tokens_per_pos, s.num_accepted_tokens_per_pos), (t.num_draft_tokens_per_pos, s.num_draft_tokens_per_pos)):
+        mine.extend([0] * (len(theirs) - len(mine)))
+        for p, n in enumerate(theirs): mine[p] += n
+    return t
 
 # %% ../nbs/05_scheduler.ipynb #5be45029
 @dataclass
