@@ -274,11 +274,12 @@ _VLLM_REFUSED = {  # why -> flags: not added, argparse refuses them
         --kv-transfer-config --kv-events-config --weight-transfer-config""",
 }
 
-# %% ../nbs/40_cli.ipynb #1e90c84b
+# %% ../nbs/40_cli.ipynb #25370ce1
 class VllmFlag(typing.NamedTuple):
     "One `vllm serve` flag: its option strings, what litevllm does with it and why, and what argparse needs to accept it."
     flag:str; opts:tuple; cls:str; why:str; kind:str; nargs:str|None=None; choices:list|None=None; default:object=None
 
+# %% ../nbs/40_cli.ipynb #3d3f5a4d
 def _backend_name(s:str) -> str: return s.lower().replace("-", "_")  # vLLM's kernel-backend flags: TRITON, flash-infer
 _TYPES = {"i": int, "f": float, "s": str, "n": human_readable_int, "k": _backend_name, "a": str}
 
@@ -292,6 +293,7 @@ def parse_vllm_flag(tok:str, cls:str, why:str) -> VllmFlag:
     if has_default: default = {"True": True, "False": False}[default] if kind in ("b", "t") else _TYPES[kind](default)
     return VllmFlag(opts[0], tuple(opts), cls, why, kind, nargs, choices.split(",") if choices else None, default if has_default else None)
 
+# %% ../nbs/40_cli.ipynb #c22de00b
 VLLM_SERVE_SPECS = {f.flag: f for cls, table in (("works", _VLLM_WORKS), ("no-op", _VLLM_NOOP), ("refused", _VLLM_REFUSED))
                     for why, toks in table.items() for f in (parse_vllm_flag(t, cls, why) for t in toks.split())}
 VLLM_SERVE_FLAGS: dict[str, tuple[str, str]] = {k: (f.cls, f.why) for k, f in VLLM_SERVE_SPECS.items()}

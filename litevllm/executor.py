@@ -17,9 +17,7 @@ from .scheduler import SchedulerOutput
 from .model_runner import ModelRunner, ModelRunnerOutput
 
 # %% auto #0
-__all__ = ['logger', 'Worker', 'EngineDeadError', 'Executor', 'UniProcExecutor', 'fork_is_safe', 'get_mp_context',
-           'start_process', 'WorkerProc', 'MultiprocExecutor', 'plot_layer_split', 'plot_step_timeline',
-           'ExecutorWithExternalLauncher']
+__all__ = ['logger', 'Worker', 'EngineDeadError', 'Executor', 'UniProcExecutor', 'fork_is_safe', 'get_mp_context', 'start_process', 'WorkerProc', 'MultiprocExecutor', 'plot_layer_split', 'plot_step_timeline', 'ExecutorWithExternalLauncher']
 
 # %% ../nbs/09a_executor.ipynb #3f036af6
 class Worker:
@@ -66,11 +64,12 @@ class Executor:
     model_runner: ModelRunner|None = None  # rank 0's runner when it lives in this process (uni, external launcher)
     num_blocks: int
 
+    backends: dict[str, type] = {}  # distributed_executor_backend -> its class: uni here; mp, external_launcher in Part II
+
     @staticmethod
     def get_class(vllm_config:VllmConfig) -> type[Executor]:
-        "The executor class of `distributed_executor_backend`: uni, mp or external_launcher."
-        backend = vllm_config.parallel_config.distributed_executor_backend
-        classes = dict(uni=UniProcExecutor, mp=MultiprocExecutor, external_launcher=ExecutorWithExternalLauncher)
+        "The executor class of `distributed_executor_backend` (vLLM's): uni, mp or external_launcher."
+        backend, classes = vllm_config.parallel_config.distributed_executor_backend, Executor.backends
         if backend not in classes: raise ValueError(f"distributed_executor_backend must be one of {list(classes)}, got {backend!r}")
         return classes[backend]
 
@@ -93,6 +92,8 @@ class UniProcExecutor(Executor):
     def _make_worker(self, c): return Worker(c)
     def execute_model(self, so:SchedulerOutput, grammar_output=None) -> ModelRunnerOutput: return self.driver_worker.execute_model(so, grammar_output)
     def collective_rpc(self, method:str, args:tuple=()) -> list: return [getattr(self.driver_worker, method)(*args)]
+
+Executor.backends["uni"] = UniProcExecutor
 
 # %% ../nbs/09a_executor.ipynb #adea9977
 logger = logging.getLogger("litevllm")
@@ -145,7 +146,7 @@ def start_process(ctx, target, args:tuple=(), name:str|None=None, daemon:bool=Tr
     with _script_hidden(): p.start()
     return p
 
-# %% ../nbs/09a_executor.ipynb #2a6c65e9
+# %% ../nbs/25_multiproc_executor.ipynb #bea49737
 def _send(conn, obj): conn.send_bytes(pickle.dumps(obj))  # plain pickle: tensors by value, no shared file descriptors
 def _recv(conn): return pickle.loads(conn.recv_bytes())
 
@@ -182,7 +183,7 @@ class WorkerProc:
         except (EOFError, OSError): pass
         os._exit(1)
 
-# %% ../nbs/09a_executor.ipynb #c1ea6ee6
+# %% ../nbs/25_multiproc_executor.ipynb #1f2343c4
 def _shutdown_workers(procs:list, conns:list, death_pipes:list, timeout:float=5.0):
     "Ask every worker to stop, then terminate and kill whatever is left: no process outlives the executor."
     for c in conns:
@@ -198,7 +199,7 @@ def _shutdown_workers(procs:list, conns:list, death_pipes:list, timeout:float=5.
         if p.is_alive(): p.kill(); p.join(2)
     for c in conns: c.close()
 
-# %% ../nbs/09a_executor.ipynb #98db1b67
+# %% ../nbs/25_multiproc_executor.ipynb #0b8d4498
 def _worker_main():
     "`worker_main` of `WorkerProc` as the spawned process imports it: from `litevllm.executor` (a notebook's own definitions live in `__main__`, which it cannot import)."
     import importlib
@@ -222,7 +223,9 @@ class MultiprocExecutor(Executor):
         try: self.num_blocks = min(self._wait(list(range(ws)), "starting"))
         except BaseException: self.shutdown(); raise
 
-# %% ../nbs/09a_executor.ipynb #b9481497
+Executor.backends["mp"] = MultiprocExecutor  # `distributed_executor_backend="mp"`: a worker process per rank
+
+# %% ../nbs/25_multiproc_executor.ipynb #02c41058
 from fastcore.basics import patch
 
 def _exitcode(p) -> int|None:
@@ -249,7 +252,7 @@ def _fail(self:MultiprocExecutor, rank:int, why:str|None, during:str, t:float|No
     after = f"; then rank(s) {others} failed too" if others else ""
     raise EngineDeadError(f"tensor-parallel worker rank {root} {root_why} while {during}{after}")
 
-# %% ../nbs/09a_executor.ipynb #9d6790d5
+# %% ../nbs/25_multiproc_executor.ipynb #58dbf5dc
 @patch
 def _wait(self:MultiprocExecutor, ranks:list[int], during:str) -> list:
     "The replies of `ranks`, in their order; an error or a death of any rank, or a message nobody asked for, ends the engine."
@@ -273,7 +276,7 @@ def _wait(self:MultiprocExecutor, ranks:list[int], during:str) -> list:
             got[r] = msg[1]
     return [got[r] for r in ranks]
 
-# %% ../nbs/09a_executor.ipynb #a17897ca
+# %% ../nbs/25_multiproc_executor.ipynb #de81f3c8
 @patch
 def _broadcast(self:MultiprocExecutor, method:str, args:tuple, reply_rank:int|None):
     "Send `method(*args)` to every rank (the same bytes to each pipe); `reply_rank` alone answers (None: every rank)."
@@ -310,7 +313,7 @@ def shutdown(self:MultiprocExecutor): self._finalizer()
 
 MultiprocExecutor.timings = property(lambda self: self._timings)  # rank 0's, from its last reply
 
-# %% ../nbs/09a_executor.ipynb #dd2e8bcd
+# %% ../nbs/25_multiproc_executor.ipynb #8d2a2f66
 def plot_layer_split(infos:list[dict], fname=None):
     "One layer's weights (rows: outputs, columns: inputs), coloured by the rank that holds each entry; `infos` from the `shard_info` method of `Worker`."
     import matplotlib.pyplot as plt
@@ -347,7 +350,7 @@ def plot_layer_split(infos:list[dict], fname=None):
     if fname: fig.savefig(fname, dpi=110)
     return fig
 
-# %% ../nbs/09a_executor.ipynb #daf28530
+# %% ../nbs/25_multiproc_executor.ipynb #3c42b7ae
 def plot_step_timeline(engine:list[tuple], ranks:list[list[tuple]], collectives:list[tuple]|None=None, fname=None):
     "A step as bars over time: the engine's (schedule, send, wait, update) and each rank's (prepare, forward, sample); (what, start, end) in seconds; `collectives`: (calls, seconds) per rank."
     import matplotlib.pyplot as plt
@@ -380,7 +383,7 @@ def plot_step_timeline(engine:list[tuple], ranks:list[list[tuple]], collectives:
     if fname: fig.savefig(fname, dpi=110)
     return fig
 
-# %% ../nbs/09a_executor.ipynb #7ac719ce
+# %% ../nbs/25_multiproc_executor.ipynb #e46e2a80
 def _leave_together(timeout_s:float=30):
     "At exit of a torchrun rank: wait for the other ranks (a rank tearing its group down while a peer still talks to it can abort), then leave."
     import datetime, torch.distributed as dist
@@ -407,3 +410,5 @@ class ExecutorWithExternalLauncher(UniProcExecutor):
         return Worker(c, rank, tp)
 
     def shutdown(self): destroy_distributed_environment()  # leave the group torchrun's processes formed
+
+Executor.backends["external_launcher"] = ExecutorWithExternalLauncher  # every rank a torchrun process

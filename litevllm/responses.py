@@ -25,13 +25,38 @@ __all__ = ['logger', 'ResponsesRequest', 'input_messages', 'StoredResponse', 'Re
            'response_status', 'ResponseEvents', 'response_full', 'response_events', 'sse_event', 'not_found',
            'run_background', 'replay', 'add_routes']
 
-# %% ../nbs/43_responses.ipynb #6f67652e
+# %% ../nbs/43_responses.ipynb #6733d248
 logger = logging.getLogger("litevllm.responses")
 _INT64 = 2**63
 
-
+# %% ../nbs/43_responses.ipynb #f9c99008
 def _tool_name(t) -> str|None: return t.get("name") if isinstance(t, dict) else None
 
+def _check_responses_body(data):
+    "vLLM's checks on the raw body, each a 400 naming its field."
+    if not isinstance(data, dict): return data
+    if data.get("prompt") is not None: _refuse("prompt template is not supported", "prompt")
+    if data.get("background") and not data.get("store", True): _refuse("background can only be used when `store` is true", "background")
+    tools, choice = data.get("tools"), data.get("tool_choice", "auto")
+    for i, t in enumerate(tools if isinstance(tools, list) else []):
+        if not isinstance(t, dict) or t.get("type") != "function":
+            kind = t.get("type") if isinstance(t, dict) else type(t).__name__
+            _refuse(f"Tool type {kind!r} is not supported: only function tools are.", f"tools.{i}.type", kind)
+        if not isinstance(t.get("name"), str) or not t["name"]: _refuse("A function tool needs a `name`.", f"tools.{i}.name")
+    if not tools:  # vLLM: no tools means tool_choice "none"; asking for a call without tools is a 400
+        if choice in ("auto", "none", None): data = data | {"tool_choice": "none"}
+        elif choice == "required": _refuse("Tool choice 'required' must be specified with 'tools' parameter.", "tool_choice")
+        elif isinstance(choice, dict): _refuse("Tool choice 'function' not found in 'tools' parameter.", "tool_choice")
+    elif isinstance(choice, dict):
+        if choice.get("type") != "function":
+            _refuse(f"Tool choice of type {choice.get('type')!r} is not supported: name a function.", "tool_choice")
+        if choice.get("name") not in [_tool_name(t) for t in tools]:
+            _refuse("Tool choice 'function' not found in 'tools' parameter.", "tool_choice")
+    elif choice not in ("auto", "none", "required"):
+        _refuse(f"Invalid value for `tool_choice`: {choice!r}.", "tool_choice", choice)
+    return data
+
+# %% ../nbs/43_responses.ipynb #9dca9964
 class ResponsesRequest(OpenAIBaseModel):
     "vLLM's ResponsesRequest: OpenAI's fields, then vLLM's sampling extras."
     input: str|list[dict[str, Any]]
@@ -80,27 +105,7 @@ class ResponsesRequest(OpenAIBaseModel):
     @classmethod
     def _check(cls, data):
         "vLLM's checks on the raw body, each a 400 naming its field."
-        if not isinstance(data, dict): return data
-        if data.get("prompt") is not None: _refuse("prompt template is not supported", "prompt")
-        if data.get("background") and not data.get("store", True): _refuse("background can only be used when `store` is true", "background")
-        tools, choice = data.get("tools"), data.get("tool_choice", "auto")
-        for i, t in enumerate(tools if isinstance(tools, list) else []):
-            if not isinstance(t, dict) or t.get("type") != "function":
-                kind = t.get("type") if isinstance(t, dict) else type(t).__name__
-                _refuse(f"Tool type {kind!r} is not supported: only function tools are.", f"tools.{i}.type", kind)
-            if not isinstance(t.get("name"), str) or not t["name"]: _refuse("A function tool needs a `name`.", f"tools.{i}.name")
-        if not tools:  # vLLM: no tools means tool_choice "none"; asking for a call without tools is a 400
-            if choice in ("auto", "none", None): data = data | {"tool_choice": "none"}
-            elif choice == "required": _refuse("Tool choice 'required' must be specified with 'tools' parameter.", "tool_choice")
-            elif isinstance(choice, dict): _refuse("Tool choice 'function' not found in 'tools' parameter.", "tool_choice")
-        elif isinstance(choice, dict):
-            if choice.get("type") != "function":
-                _refuse(f"Tool choice of type {choice.get('type')!r} is not supported: name a function.", "tool_choice")
-            if choice.get("name") not in [_tool_name(t) for t in tools]:
-                _refuse("Tool choice 'function' not found in 'tools' parameter.", "tool_choice")
-        elif choice not in ("auto", "none", "required"):
-            _refuse(f"Invalid value for `tool_choice`: {choice!r}.", "tool_choice", choice)
-        return data
+        return _check_responses_body(data)
 
     def want_logprobs(self) -> bool: return "message.output_text.logprobs" in (self.include or [])
 
@@ -517,31 +522,30 @@ async def replay(entry:StoredResponse, starting_after:int|None=None) -> AsyncIte
         if entry.task is None or entry.task.done(): return
         await entry.changed.wait()
 
-# %% ../nbs/43_responses.ipynb #e656da21
-def add_routes(app:FastAPI, st:ServerState, store:ResponsesStore|None=None):
-    "POST /v1/responses, GET /v1/responses/{id}, POST /v1/responses/{id}/cancel, over 16's server state."
-    store = store if store is not None else ResponsesStore.from_env()
-    app.state.responses_store = store
+# %% ../nbs/43_responses.ipynb #ddf38276
+async def _prepare_response(st:ServerState, store:ResponsesStore, req:ResponsesRequest):
+    "A request checked and rendered: (model, messages, chat request, prompt, sampling params), or the APIError."
+    model = st.check_model(req.model)
+    if req.background and not store.enabled:
+        raise APIError("This server does not support `store=True` and therefore does not support the background mode: "
+                       "its response store is off (LITEVLLM_RESPONSES_STORE_SIZE=0).", 400, "invalid_request_error", "background")
+    previous = None
+    if req.previous_response_id is not None and (previous := store.get(req.previous_response_id)) is None:
+        raise not_found(req.previous_response_id)
+    messages = conversation(req, previous)
+    chat_req = chat_request(st, req, messages)
+    try:
+        st.check_request(chat_req)
+        prompt, params = await st.run_in_pool(prepare_chat, st, chat_req)
+    except APIError as e: raise responses_error(e) from None
+    return model, messages, chat_req, prompt, params
 
-    async def prepare(req:ResponsesRequest):
-        model = st.check_model(req.model)
-        if req.background and not store.enabled:
-            raise APIError("This server does not support `store=True` and therefore does not support the background mode: "
-                           "its response store is off (LITEVLLM_RESPONSES_STORE_SIZE=0).", 400, "invalid_request_error", "background")
-        previous = None
-        if req.previous_response_id is not None and (previous := store.get(req.previous_response_id)) is None:
-            raise not_found(req.previous_response_id)
-        messages = conversation(req, previous)
-        chat_req = chat_request(st, req, messages)
-        try:
-            st.check_request(chat_req)
-            prompt, params = await st.run_in_pool(prepare_chat, st, chat_req)
-        except APIError as e: raise responses_error(e) from None
-        return model, messages, chat_req, prompt, params
-
+# %% ../nbs/43_responses.ipynb #e30089aa
+def _add_create_route(app:FastAPI, st:ServerState, store:ResponsesStore):
+    "POST /v1/responses: generate a response (in full, streamed, or in the background), keeping it if asked."
     @app.post("/v1/responses", dependencies=JSON_BODY)
     async def create_response(req:ResponsesRequest, raw:Request):
-        model, messages, chat_req, prompt, params = await prepare(req)
+        model, messages, chat_req, prompt, params = await _prepare_response(st, store, req)
         created, keep = int(time.time()), bool(req.store) and store.enabled
         if req.background:
             entry = StoredResponse(response_object(req, model, created, params, "queued", []), messages, events=[] if req.stream else None)
@@ -561,6 +565,9 @@ def add_routes(app:FastAPI, st:ServerState, store:ResponsesStore|None=None):
         if keep: store.put(StoredResponse(resp, messages))
         return JSONResponse(resp)
 
+# %% ../nbs/43_responses.ipynb #ff0296e8
+def _add_stored_routes(app:FastAPI, store:ResponsesStore):
+    "GET /v1/responses/{id} (the stored response, or its background stream) and POST /v1/responses/{id}/cancel."
     @app.get("/v1/responses/{response_id}")
     async def retrieve_response(response_id:str, starting_after:int|None=None, stream:bool|None=False):
         if (entry := store.get(response_id)) is None: raise not_found(response_id)
@@ -580,3 +587,11 @@ def add_routes(app:FastAPI, st:ServerState, store:ResponsesStore|None=None):
             try: await entry.task
             except asyncio.CancelledError: pass
         return JSONResponse(entry.response)
+
+# %% ../nbs/43_responses.ipynb #65842e74
+def add_routes(app:FastAPI, st:ServerState, store:ResponsesStore|None=None):
+    "POST /v1/responses, GET /v1/responses/{id}, POST /v1/responses/{id}/cancel, over 16's server state."
+    store = store if store is not None else ResponsesStore.from_env()
+    app.state.responses_store = store
+    _add_create_route(app, st, store)  # FastAPI matches routes in the order they are added
+    _add_stored_routes(app, store)

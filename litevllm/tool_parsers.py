@@ -215,40 +215,45 @@ class Hermes2ProToolParser(ToolParser):
         super().__init__(tokenizer, tools)
         self._sent_content_idx = 0
 
-    def extract_tool_calls(self, model_output:str, request=None) -> ExtractedToolCallInformation:
-        if self.tool_call_start_token not in model_output:
-            return ExtractedToolCallInformation(tools_called=False, tool_calls=[], content=model_output)
-        try:
-            calls = [json.loads(a or b) for a, b in self.tool_call_regex.findall(model_output)]
-            tool_calls = [ToolCall(function=FunctionCall(name=c["name"], arguments=json.dumps(c["arguments"], ensure_ascii=False)))
-                          for c in calls]
-        except (ValueError, KeyError, TypeError):  # not JSON, or not a call: the output stays text
-            return ExtractedToolCallInformation(tools_called=False, tool_calls=[], content=model_output)
-        content = model_output[:model_output.find(self.tool_call_start_token)]
-        return ExtractedToolCallInformation(tools_called=True, tool_calls=tool_calls, content=content or None)
+# %% ../nbs/41_tool_parsers.ipynb #8962cc02
+@patch
+def extract_tool_calls(self:Hermes2ProToolParser, model_output:str, request=None) -> ExtractedToolCallInformation:
+    if self.tool_call_start_token not in model_output:
+        return ExtractedToolCallInformation(tools_called=False, tool_calls=[], content=model_output)
+    try:
+        calls = [json.loads(a or b) for a, b in self.tool_call_regex.findall(model_output)]
+        tool_calls = [ToolCall(function=FunctionCall(name=c["name"], arguments=json.dumps(c["arguments"], ensure_ascii=False)))
+                      for c in calls]
+    except (ValueError, KeyError, TypeError):  # not JSON, or not a call: the output stays text
+        return ExtractedToolCallInformation(tools_called=False, tool_calls=[], content=model_output)
+    content = model_output[:model_output.find(self.tool_call_start_token)]
+    return ExtractedToolCallInformation(tools_called=True, tool_calls=tool_calls, content=content or None)
 
-    def _call_texts(self, text:str) -> list[str]:
-        "The (possibly partial) JSON text inside each <tool_call> block so far."
-        res, pos = [], 0
-        while (start := text.find(self.tool_call_start_token, pos)) != -1:
-            body_start = start + len(self.tool_call_start_token)
-            end = text.find(self.tool_call_end_token, body_start)
-            body = text[body_start:] if end == -1 else text[body_start:end]
-            if end == -1 and (k := partial_tag_overlap(body, self.tool_call_end_token)): body = body[:-k]
-            res.append(body.strip())
-            if end == -1: break
-            pos = end + len(self.tool_call_end_token)
-        return res
+# %% ../nbs/41_tool_parsers.ipynb #d76f6e99
+@patch
+def _call_texts(self:Hermes2ProToolParser, text:str) -> list[str]:
+    "The (possibly partial) JSON text inside each <tool_call> block so far."
+    res, pos = [], 0
+    while (start := text.find(self.tool_call_start_token, pos)) != -1:
+        body_start = start + len(self.tool_call_start_token)
+        end = text.find(self.tool_call_end_token, body_start)
+        body = text[body_start:] if end == -1 else text[body_start:end]
+        if end == -1 and (k := partial_tag_overlap(body, self.tool_call_end_token)): body = body[:-k]
+        res.append(body.strip())
+        if end == -1: break
+        pos = end + len(self.tool_call_end_token)
+    return res
 
-    def extract_tool_calls_streaming(self, previous_text, current_text, delta_text, previous_token_ids, current_token_ids,
-                                     delta_token_ids, request=None) -> DeltaMessage|None:
-        start = current_text.find(self.tool_call_start_token)
-        sendable = start if start != -1 else len(current_text) - partial_tag_overlap(current_text, self.tool_call_start_token)
-        content = None
-        if sendable > self._sent_content_idx:
-            content, self._sent_content_idx = current_text[self._sent_content_idx:sendable], sendable
-        deltas = merge_tool_deltas(stream_json_calls(self, self._call_texts(current_text)))
-        return DeltaMessage(content=content, tool_calls=deltas) if content or deltas else None
+@patch
+def extract_tool_calls_streaming(self:Hermes2ProToolParser, previous_text, current_text, delta_text, previous_token_ids, current_token_ids,
+                                 delta_token_ids, request=None) -> DeltaMessage|None:
+    start = current_text.find(self.tool_call_start_token)
+    sendable = start if start != -1 else len(current_text) - partial_tag_overlap(current_text, self.tool_call_start_token)
+    content = None
+    if sendable > self._sent_content_idx:
+        content, self._sent_content_idx = current_text[self._sent_content_idx:sendable], sendable
+    deltas = merge_tool_deltas(stream_json_calls(self, self._call_texts(current_text)))
+    return DeltaMessage(content=content, tool_calls=deltas) if content or deltas else None
 
 # %% ../nbs/41_tool_parsers.ipynb #fbe9d3bc
 @ToolParserManager.register_module("llama3_json")

@@ -134,7 +134,7 @@ def test_bad_grammar_fails_only_its_own_request(llm, monkeypatch):
     # in the engine (validation skipped): its compile fails, it ends with "error"; the others are untouched
     good = SamplingParams(temperature=0, max_tokens=16)
     alone = llm.generate(["The capital of France is"], good, use_tqdm=False)[0].outputs[0].token_ids
-    monkeypatch.setattr(litevllm.engine, "validate_structured_output", lambda p: None)
+    monkeypatch.setattr(litevllm.structured_output, "validate_structured_output", lambda p: None)
     outs = llm.generate(["The capital of France is", "bad", "A choice:"],
                         [good, SamplingParams(max_tokens=8, structured_outputs=SO(grammar="root ::= undefined_rule")),
                          SamplingParams(temperature=0, max_tokens=8, structured_outputs=SO(choice=["a", "b"]))], use_tqdm=False)
@@ -198,8 +198,8 @@ def test_server_response_format(monkeypatch):
                     assert r.status_code == 400 and err["code"] == 400 and err["param"] == "response_format", r.json()
                     assert 'Unsupported type "nope"' in err["message"]
                 # a grammar that gets past validation but fails to compile in the engine: a 500, as vLLM's finish reason "error"
-                monkeypatch.setattr(litevllm.engine, "validate_structured_output", lambda p: None)
-                monkeypatch.setattr(litevllm.server, "validate_structured_output", lambda p: None)
+                monkeypatch.setattr(litevllm.structured_output, "validate_structured_output", lambda p: None)
+                monkeypatch.setattr(litevllm.entrypoints.openai.protocol, "validate_structured_output", lambda p: None)  # where the server calls it
                 r = await c.post("/v1/completions", json=dict(model=m, prompt="Hi", max_tokens=5, structured_outputs={"grammar": "root ::= nope"}))
                 assert r.status_code == 500 and "failed in the engine" in r.json()["error"]["message"], r.json()
                 r = await c.post("/v1/completions", json=dict(model=m, prompt="Code:", max_tokens=10, structured_outputs={"regex": "[A-Z]{3}"}))

@@ -351,7 +351,7 @@ def paged_attention(
         return paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, out=out)
     return paged_prefill_attention(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, scale, out=out)
 
-# %% ../../kernels_nbs/01_paged_attention.ipynb #43993ad7
+# %% ../../kernels_nbs/01_paged_attention.ipynb #ddb3c926
 def measure_copy_bandwidth(nbytes:int=2**30, dtype=torch.bfloat16)->float:
     "A device-to-device copy's bandwidth in GB/s, counting bytes read and written: the memory roofline decode can reach."
     x = torch.empty(nbytes // torch.finfo(dtype).bits * 8, dtype=dtype, device="cuda")
@@ -359,6 +359,7 @@ def measure_copy_bandwidth(nbytes:int=2**30, dtype=torch.bfloat16)->float:
     t = do_bench(lambda: y.copy_(x))  # ms
     return 2 * nbytes / t / 1e6
 
+# %% ../../kernels_nbs/01_paged_attention.ipynb #73208a38
 def bench_decode_attention(
     batch_sizes=(1, 8, 32, 64, 128, 256),  # requests per decode step
     context_lens=(512, 2048, 8192),        # tokens in each request's cache
@@ -397,6 +398,7 @@ def bench_decode_attention(
                 del batch, k_cache, v_cache, q, out
     return rows
 
+# %% ../../kernels_nbs/01_paged_attention.ipynb #5fa73a03
 def bench_prefill_attention(
     prompt_lens=(512, 2048, 8192),  # tokens of each prompt (no cached prefix)
     tokens:int=16384,               # prompt tokens per call: tokens // prompt_len prompts
