@@ -1,4 +1,4 @@
-"`litevllm serve` and vLLM 0.32's `vllm serve` flags: each one works, is an accepted no-op, or is refused (nbs/15_cli.ipynb)."
+"`litevllm serve` and vLLM 0.32's `vllm serve` flags: each one works, is an accepted no-op, or is refused (nbs/40_cli.ipynb)."
 import argparse, json, logging, shlex
 from pathlib import Path
 import pytest

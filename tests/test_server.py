@@ -363,7 +363,7 @@ def test_non_streaming_disconnect_aborts(server):
 
 
 def test_health_responsive_under_load(server):
-    "While 32 streams keep the engine busy, /health answers (latency printed, not asserted: see nbs/14_server)."
+    "While 32 streams keep the engine busy, /health answers (latency printed, not asserted: see nbs/42_server)."
     async def main():
         async with httpx.AsyncClient(base_url=server, headers={"Authorization": f"Bearer {KEY}"}, timeout=120,
                                      limits=httpx.Limits(max_connections=100)) as c:

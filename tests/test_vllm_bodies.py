@@ -13,7 +13,7 @@ DATA = json.loads((Path(__file__).parent/"data"/"vllm032_bodies.json").read_text
 NAME = "SmolLM2-135M-Instruct"
 RUN_B = "--enable-prompt-embeds"  # the second server run: details, forced usage, tokenizer info, load tracking, embeds, max-logprobs -1
 
-# Where litevllm departs from vLLM 0.32 on purpose (each is in 16_server's table):
+# Where litevllm departs from vLLM 0.32 on purpose (each is in 42_server's table):
 SKIP = {"model_card": "GET /v1/models/{model} is a 404 route in vLLM 0.32; the issue asks for the card (tested in test_server_vllm_api)",
         "model_card_missing": "as above: ours answers vLLM's model-not-found error",
         "metrics": "a text body: the families are tested in test_parity_server / test_metrics_vllm032",

@@ -53,7 +53,7 @@ RUNS = {
         ("so_and_named", chat(tools=[WEATHER], tool_choice=NAMED, structured_outputs={"regex": "a+"})),
     ]),
     # run R cannot be recorded on the default model: vLLM 0.32's deepseek_r1 parser refuses to start on a tokenizer without
-    # <think> / </think> tokens ("could not locate think start/end tokens"); litevllm's works there (03a_reasoning), and
+    # <think> / </think> tokens ("could not locate think start/end tokens"); litevllm's works there (20_reasoning), and
     # tests/data/vllm032_reasoning.json holds vLLM's parser-level answers with those tokens added.
     "R": (["--reasoning-parser", "deepseek_r1"], [
         ("reasoning", chat(max_tokens=12)),
