@@ -15,6 +15,7 @@ from ..distributed import GroupCoordinator, split_range
 from ..platforms import cdiv
 from ..config import get_head_size
 from ..kernels import cpu_ops
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SUPPORTED_ARCHITECTURES', 'CustomOp', 'select_ops', 'RMSNorm', 'RotaryEmbedding', 'Attention', 'SiluAndMul', 'MLP',
@@ -89,27 +90,32 @@ class RotaryEmbedding(CustomOp):
         self.register_buffer("cos", emb.cos() * scale, persistent=False)
         self.register_buffer("sin", emb.sin() * scale, persistent=False)
 
-    def cos_sin(self, positions, dtype):
-        "The rows of the tables for these positions, once per step (every layer shares them), as the chosen forward takes them."
-        if self.half is not None: return self.half[0].index_select(0, positions), self.half[1].index_select(0, positions)
-        cos = self.cos.index_select(0, positions).unsqueeze(1).to(dtype)  # (tokens, 1, head_dim)
-        sin = self.sin.index_select(0, positions).unsqueeze(1).to(dtype)
-        return cos, sin
+# %% ../../nbs/06_models.ipynb #6d1f4df3
+@patch
+def cos_sin(self:RotaryEmbedding, positions, dtype):
+    "The rows of the tables for these positions, once per step (every layer shares them), as the chosen forward takes them."
+    if self.half is not None: return self.half[0].index_select(0, positions), self.half[1].index_select(0, positions)
+    cos = self.cos.index_select(0, positions).unsqueeze(1).to(dtype)  # (tokens, 1, head_dim)
+    sin = self.sin.index_select(0, positions).unsqueeze(1).to(dtype)
+    return cos, sin
 
-    def forward_native(self, cos_sin, q, k):
-        cos, sin = cos_sin
-        def rot(x):
-            x1, x2 = x.chunk(2, dim=-1)
-            return x * cos + torch.cat((-x2, x1), dim=-1) * sin
-        return rot(q), rot(k)
+@patch
+def forward_native(self:RotaryEmbedding, cos_sin, q, k):
+    cos, sin = cos_sin
+    def rot(x):
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    return rot(q), rot(k)
 
-    def forward_cpu(self, cos_sin, q, k): return cpu_ops.rotary_(q, k, *cos_sin)  # in place
+@patch
+def forward_cpu(self:RotaryEmbedding, cos_sin, q, k): return cpu_ops.rotary_(q, k, *cos_sin)  # in place
 
-    def dispatch_forward(self, platform, dtype):
-        f = super().dispatch_forward(platform, dtype)
-        half = self.cos.shape[-1] // 2
-        self.half = (self.cos[:, :half].float().contiguous(), self.sin[:, :half].float().contiguous()) if f == self.forward_cpu else None
-        return f
+@patch
+def dispatch_forward(self:RotaryEmbedding, platform, dtype):
+    f = CustomOp.dispatch_forward(self, platform, dtype)
+    half = self.cos.shape[-1] // 2
+    self.half = (self.cos[:, :half].float().contiguous(), self.sin[:, :half].float().contiguous()) if f == self.forward_cpu else None
+    return f
 
 # %% ../../nbs/06_models.ipynb #621a0c6f
 class Attention(nn.Module):
