@@ -33,11 +33,35 @@ def _engine_in_process(request):
         else: os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = old
 
 
-@pytest.fixture(scope="module")
-def agents_engine():
-    "The default model as an AsyncLLM (float32, a 256 MB KV pool): the engine of the tool-calling and /v1/responses tests."
+@pytest.fixture(scope="session")
+def _agents_engine_session():
+    "The engine behind `agents_engine`: started once per session (an engine core process of its own: ~3 s a start)."
     from litevllm.async_llm import AsyncLLM, AsyncEngineArgs
     eng = AsyncLLM.from_engine_args(AsyncEngineArgs(max_model_len=2048, dtype="float32", seed=0, kv_cache_memory_bytes=256 * 2**20),
                                     served_model_name="SmolLM2-135M-Instruct")
     yield eng
     eng.shutdown()
+
+
+@pytest.fixture(scope="module")
+def agents_engine(_agents_engine_session):
+    """The default model as an AsyncLLM (float32, a 256 MB KV pool): the engine of the tool-calling and /v1/responses tests.
+    One engine serves both modules; each module gets it with an empty prefix cache, as a fresh engine would be (their greedy
+    answers are compared with vLLM's recorded ones: a prefix hit left by the other module must not change how they are computed)."""
+    import asyncio, time
+    eng = _agents_engine_session
+    deadline = time.monotonic() + 30
+    while not asyncio.run(eng.reset_prefix_cache()):  # refused while a block is in use (a request of the last module ending)
+        if time.monotonic() > deadline: pytest.fail("agents_engine: KV blocks still in use 30 s after the last module")
+        time.sleep(0.1)
+    return eng
+
+
+@pytest.fixture(scope="session")
+def hf_default_model():
+    """transformers' copy of the default model in float32, loaded once per session (~2 s a load): the reference that
+    test_generate, test_sampling, test_parity_offline, test_parity_server and test_tensor_parallel compare with.
+    Shared read-only: eval mode, called under torch.no_grad, never changed."""
+    from transformers import AutoModelForCausalLM
+    from litevllm.config import default_model_path
+    return AutoModelForCausalLM.from_pretrained(default_model_path(), dtype=torch.float32).eval()

@@ -39,9 +39,10 @@ def inproc_texts():
 
 @pytest.fixture(scope="module")
 def mp_llm():
+    "An LLM over an engine core process of its own (ARGS); test_offline_engine_dead_within_2s ends it, after the tests that read it."
     llm = LLM(**ARGS)
     yield llm
-    llm.llm_engine.shutdown()
+    llm.llm_engine.shutdown()  # a second shutdown (after the test that killed it) is a no-op
 
 
 def test_default_is_a_process_of_its_own(mp_llm):
@@ -75,8 +76,9 @@ def test_bad_request_harms_nothing(mp_llm, inproc_texts):
     assert mp_llm.generate(PROMPTS[:1], GREEDY, use_tqdm=False)[0].outputs[0].token_ids == inproc_texts[0]
 
 
-def test_offline_engine_dead_within_2s():
-    eng = LLMEngine.from_engine_args(EngineArgs(**ARGS))
+def test_offline_engine_dead_within_2s(mp_llm):
+    eng = mp_llm.llm_engine  # the module's engine (ARGS, the engine core in its own process): saves a start; this test ends it
+    assert isinstance(eng, LLMEngine) and not eng.has_unfinished_requests()
     (pid,) = engine_pids(eng.engine_core)
     eng.add_request("long", "Once upon a time", SamplingParams(temperature=0, max_tokens=200, ignore_eos=True))
     eng.step()

@@ -28,9 +28,9 @@ def hf_greedy(model, ids, max_new):
 
 
 @pytest.fixture(scope="module")
-def default_model():
+def default_model(hf_default_model):  # conftest's: the float32 transformers model, loaded once per session
     path = default_model_path()
-    return path, AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return path, AutoTokenizer.from_pretrained(path), hf_default_model
 
 
 @pytest.fixture(scope="module")

@@ -134,18 +134,16 @@ def test_get_metrics_needs_stats(tiny):
     with pytest.raises(AssertionError, match="Stat logging disabled"): eng.get_metrics()
 
 
-def test_beam_search_matches_transformers():
+def test_beam_search_matches_transformers(hf_default_model):
     # Reference: transformers' num_beams on the default model (float32). With every beam at full length (no EOS within
     # max_tokens for this prompt), both rank by cumulative logprob; HF's sequences_scores is that divided by the new tokens.
     import torch
-    from transformers import AutoModelForCausalLM
-    from litevllm.config import default_model_path
     from litevllm.sampling_params import BeamSearchParams
     llm = LLM(max_model_len=256, kv_cache_memory_bytes=32 * 2**20, dtype="float32")  # compared with transformers in float32
     prompt, W, T = "The capital of France is", 3, 5
     out = llm.beam_search([prompt], BeamSearchParams(beam_width=W, max_tokens=T))[0].sequences
     ids = llm.get_tokenizer()(prompt).input_ids
-    hf = AutoModelForCausalLM.from_pretrained(default_model_path(), dtype=torch.float32).eval()
+    hf = hf_default_model  # conftest's: the float32 transformers model, loaded once per session
     with torch.no_grad():
         g = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), num_beams=W, num_return_sequences=W,
                         max_new_tokens=T, do_sample=False, length_penalty=1.0, early_stopping=False, output_scores=True,

@@ -5,9 +5,7 @@ return_token_ids), its renderer (tool_choice, max_tokens) and its exception hand
 (vllm/entrypoints/serve/exception_handling)."""
 import asyncio, json, time
 import httpx, pytest, torch
-from transformers import AutoModelForCausalLM
 from litevllm.async_llm import AsyncLLM, AsyncEngineArgs
-from litevllm.config import default_model_path
 from litevllm.server import build_app
 
 MAX_LEN = 64
@@ -60,10 +58,10 @@ def test_return_token_ids(app):
 
 
 @pytest.fixture(scope="module")
-def hf_prompt_logprobs(app):
+def hf_prompt_logprobs(app, hf_default_model):
     "transformers' log-probabilities of each prompt token given the ones before (an independent reference)."
     ids = app.state.server.tokenizer(PROMPT).input_ids
-    hf = AutoModelForCausalLM.from_pretrained(default_model_path(), dtype=torch.float32).eval()
+    hf = hf_default_model  # conftest's: the float32 transformers model, loaded once per session
     with torch.no_grad(): lp = torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), -1)
     return ids, [lp[i - 1, ids[i]].item() for i in range(1, len(ids))]
 

@@ -3,7 +3,7 @@ import math, random
 import numpy as np, pytest, torch
 from scipy import stats
 from litevllm import LLM, SamplingParams
-from litevllm.config import EngineArgs, default_model_path
+from litevllm.config import EngineArgs
 from litevllm.inputs import InputProcessor, get_tokenizer
 from litevllm.exceptions import VLLMValidationError
 from litevllm.sampler import Sampler, make_sampling_metadata, apply_top_k_top_p, apply_min_p, gather_logprobs
@@ -212,9 +212,7 @@ def llm():
 
 
 @pytest.fixture(scope="module")
-def hf_model():
-    from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(default_model_path(), dtype=torch.float32).eval()
+def hf_model(hf_default_model): return hf_default_model  # conftest's: loaded once per session
 
 
 def test_logprobs_and_prompt_logprobs_match_transformers(llm, hf_model, monkeypatch):

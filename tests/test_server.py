@@ -41,10 +41,16 @@ def stop_server(proc, timeout=60) -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
-    proc, base = start_server("--api-key", KEY)
-    yield base
-    stop_server(proc)
+def server_proc():
+    """The module's server: (process, base url). One server for the whole module (a start is ~5 s): the last test,
+    test_sigterm_exits_0_after_in_flight_request, ends it with a SIGTERM (--shutdown-timeout 30 is for that test)."""
+    proc, base = start_server("--api-key", KEY, "--shutdown-timeout", "30")
+    yield proc, base
+    stop_server(proc)  # a no-op once the last test has stopped it
+
+
+@pytest.fixture(scope="module")
+def server(server_proc): return server_proc[1]
 
 
 @pytest.fixture(scope="module")
@@ -384,11 +390,11 @@ def test_health_responsive_under_load(server):
 
 # --- shutdown -----------------------------------------------------------------------------------------------------------
 
-def test_sigterm_exits_0_after_in_flight_request():
-    proc, base = start_server("--shutdown-timeout", "30")
+def test_sigterm_exits_0_after_in_flight_request(server_proc):
+    proc, base = server_proc  # the module's server, which this (last) test ends
     try:
         async def main():
-            async with httpx.AsyncClient(base_url=base, timeout=120) as c:
+            async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as c:
                 async def one():
                     return await stream_text(c, "Once upon a time", max_tokens=32)
                 task = asyncio.create_task(one())

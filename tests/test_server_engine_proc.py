@@ -25,9 +25,11 @@ def all_gone(pids, timeout=15.0) -> bool:
 
 @pytest.fixture(scope="module")
 def dp_server():
+    """A data-parallel server (two engine cores), started once (~5 s): test_data_parallel_server reads it, then
+    test_server_exit_leaves_no_engine_process (the last test) stops it."""
     proc, base = start_server("--data-parallel-size", "2", "--kv-cache-memory-bytes", str(64 * 2**20))
     yield proc, base
-    stop_server(proc)
+    stop_server(proc)  # a no-op once the last test has stopped it
 
 
 def test_data_parallel_server(dp_server):
@@ -85,8 +87,8 @@ def test_killed_engine_core_fails_streams_fast_and_leaves_nothing():
     assert all_gone(kids + [proc.pid])
 
 
-def test_server_exit_leaves_no_engine_process():
-    proc, base = start_server("--data-parallel-size", "2", "--kv-cache-memory-bytes", str(32 * 2**20))
+def test_server_exit_leaves_no_engine_process(dp_server):
+    proc, base = dp_server  # the module's data-parallel server: this test stops it
     try: pids = engine_core_pids(proc.pid)
     finally: stop_server(proc)  # even if the assertion below fails: no server left behind
     assert len(pids) == 2

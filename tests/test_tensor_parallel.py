@@ -38,17 +38,41 @@ def worker_pids(llm) -> list[int]:
     return [p.pid for p in ex.procs]
 
 
-def generate(path, tp:int, prompts, params, **kw):
-    "Outputs of `prompts` on a fresh engine with `tp` ranks; the engine is shut down (and its workers checked gone) after."
-    llm = LLM(str(path), tensor_parallel_size=tp, **(KW | kw))
-    try:
-        outs = llm.generate(prompts, params, use_tqdm=False)
-        stats = llm.llm_engine.get_stats()
-    finally:
-        pids = worker_pids(llm) if tp > 1 else []
-        llm.llm_engine.engine_core.shutdown()
+def shutdown_and_check(llm, tp:int):
+    "Shut the engine down and check its workers are gone."
+    pids = worker_pids(llm) if tp > 1 else []
+    llm.llm_engine.engine_core.shutdown()
     assert not any(alive(p) for p in pids)
-    return outs, stats
+
+
+class Engines:
+    """The module's engines with the KW settings, one per (model, TP size), made when first asked for and shared by the tests
+    that run the same model at the same TP size (a TP=2 start is ~3 s: two worker processes load the model): the default
+    model's pair serves test_default_model_tp2, test_torchrun_external_launcher and test_structured_output_tp2; the llama
+    TP=2 engine of test_families_tp2 is then ended by test_worker_raises. `take` hands an engine over to a test that ends
+    it (a fresh one if none is made); `close` shuts the others down, each checked to leave no worker behind."""
+    def __init__(self): self.made = {}
+    def get(self, path, tp:int):
+        key = (str(path), tp)
+        if key not in self.made: self.made[key] = LLM(str(path), tensor_parallel_size=tp, **KW)
+        return self.made[key]
+    def take(self, path, tp:int): return self.made.pop((str(path), tp), None) or LLM(str(path), tensor_parallel_size=tp, **KW)
+    def close(self):
+        while self.made:
+            (_, tp), llm = self.made.popitem()
+            shutdown_and_check(llm, tp)
+
+
+@pytest.fixture(scope="module")
+def engines():
+    e = Engines()
+    yield e
+    e.close()
+
+
+def generate(engines, path, tp:int, prompts, params):
+    "Outputs of `prompts` on the module's engine for `path` with `tp` ranks."
+    return engines.get(path, tp).generate(prompts, params, use_tqdm=False)
 
 
 def hf_greedy(model, ids, max_new):
@@ -63,13 +87,13 @@ def models(tmp_path_factory):
     return {name: save_random_model(d/name, name.split("-")[0], **kw) for name, kw in FAMILIES.items()}
 
 
-def check_greedy(path, max_tokens:int, logprobs:int|None=None):
-    "TP=2 greedy == TP=1 greedy == transformers' greedy; with logprobs, TP=2's within 1e-4 of TP=1's."
+def check_greedy(engines, path, max_tokens:int, logprobs:int|None=None, hf=None):
+    "TP=2 greedy == TP=1 greedy == transformers' greedy (`hf`, else loaded from `path`); with logprobs, TP=2's within 1e-4 of TP=1's."
     sp = SamplingParams(temperature=0, max_tokens=max_tokens, logprobs=logprobs, prompt_logprobs=logprobs)
-    one, _ = generate(path, 1, PROMPTS, sp)
-    two, _ = generate(path, 2, PROMPTS, sp)
+    one = generate(engines, path, 1, PROMPTS, sp)
+    two = generate(engines, path, 2, PROMPTS, sp)
     assert [o.outputs[0].token_ids for o in two] == [o.outputs[0].token_ids for o in one]
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    if hf is None: hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     with torch.no_grad():
         assert [list(o.outputs[0].token_ids) for o in one] == [hf_greedy(hf, o.prompt_token_ids, max_tokens) for o in one]
     if logprobs:
@@ -82,16 +106,16 @@ def check_greedy(path, max_tokens:int, logprobs:int|None=None):
     return one
 
 
-def test_default_model_tp2():
+def test_default_model_tp2(engines, hf_default_model):
     "The default model: 9 query heads in 3 KV groups on 2 ranks (6 + 3 query heads, 2 + 1 KV heads); logprobs too."
-    one = check_greedy(default_model_path(), 16, logprobs=5)
+    one = check_greedy(engines, default_model_path(), 16, logprobs=5, hf=hf_default_model)
     tok = AutoTokenizer.from_pretrained(default_model_path())
     assert tok.decode(one[0].outputs[0].token_ids).startswith(" Paris")
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_families_tp2(models, family):
-    check_greedy(models[family], 12)
+def test_families_tp2(engines, models, family):
+    check_greedy(engines, models[family], 12)
 
 
 def test_tp2_prefix_caching_chunked_prefill_preemption(models):
@@ -135,7 +159,7 @@ TORCHRUN_SCRIPT = textwrap.dedent('''
 
 
 @pytest.mark.parametrize("family", ["qwen3", "default"])
-def test_torchrun_external_launcher(models, family, tmp_path):
+def test_torchrun_external_launcher(engines, models, family, tmp_path):
     "Every rank a torchrun process running the same script: both ranks get TP=1's greedy tokens (and the same sampled ones)."
     path = default_model_path() if family == "default" else models[family]
     script = tmp_path/"tp_script.py"
@@ -147,7 +171,7 @@ def test_torchrun_external_launcher(models, family, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     ranks = [json.loads((tmp_path/f"out.{i}").read_text()) for i in range(2)]
     assert ranks[0] == ranks[1] and ranks[0][-1] is True  # the structured request was refused with a clear error on each rank
-    one, _ = generate(path, 1, PROMPTS, SamplingParams(temperature=0, max_tokens=12))
+    one = generate(engines, path, 1, PROMPTS, SamplingParams(temperature=0, max_tokens=12))
     assert ranks[0][:len(PROMPTS)] == [list(o.outputs[0].token_ids) for o in one]
 
 
@@ -173,9 +197,9 @@ def test_worker_killed_mid_generation(models):
     with pytest.raises(EngineDeadError): llm.generate(["again"], SamplingParams(max_tokens=2), use_tqdm=False)  # it stays dead
 
 
-def test_worker_raises(models):
+def test_worker_raises(engines, models):
     "A call that raises on the workers ends the engine with the rank and the exception named; no worker left."
-    llm = LLM(str(models["llama"]), tensor_parallel_size=2, **KW)
+    llm = engines.take(models["llama"], 2)  # test_families_tp2[llama]'s engine: this test ends it
     pids = worker_pids(llm)
     ex = llm.llm_engine.engine_core.model_executor
     infos = ex.collective_rpc("shard_info")  # each rank holds only its slice: 4 query heads as 2 + 2, 2 KV heads as 1 + 1
@@ -187,9 +211,9 @@ def test_worker_raises(models):
     assert not any(alive(p) for p in pids)
 
 
-def test_workers_end_with_the_engine(models):
+def test_workers_end_with_the_engine(engines, models):
     "An engine that is dropped takes its workers with it."
-    llm = LLM(str(models["llama"]), tensor_parallel_size=2, **KW)
+    llm = engines.take(models["llama"], 2)  # no longer shared: this test drops it
     pids = worker_pids(llm)
     assert llm.generate(["Hi"], SamplingParams(max_tokens=3, ignore_eos=True), use_tqdm=False)[0].outputs[0].token_ids
     del llm; gc.collect()
@@ -218,7 +242,7 @@ def test_bench_and_cli_tensor_parallel_size(models, tmp_path, capsys):
     assert "Generated:" in capsys.readouterr().out
 
 
-def test_structured_output_tp2():
+def test_structured_output_tp2(engines):
     "Structured requests at TP=2: the step's grammar bitmask reaches every rank, so all ranks mask and sample alike."
     from litevllm.sampling_params import StructuredOutputsParams
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
@@ -227,8 +251,8 @@ def test_structured_output_tp2():
               SamplingParams(temperature=0, max_tokens=6, structured_outputs=StructuredOutputsParams(choice=[" yes", " no"])),
               SamplingParams(temperature=0, max_tokens=8)]  # a free request in the same batch
     prompts = ["The capital of France as JSON:", "Is Paris in France? Answer:", "Once upon a time"]
-    two, _ = generate(default_model_path(), 2, prompts, params)
-    one, _ = generate(default_model_path(), 1, prompts, params)
+    two = generate(engines, default_model_path(), 2, prompts, params)
+    one = generate(engines, default_model_path(), 1, prompts, params)
     assert [o.outputs[0].token_ids for o in two] == [o.outputs[0].token_ids for o in one]
     assert set(json.loads(two[0].outputs[0].text)) == {"city"}
     assert two[1].outputs[0].text in (" yes", " no")
