@@ -114,17 +114,19 @@ def test_random_draft_model_is_still_exact(tiny_draft, reference):
 
 def test_stops_inside_the_accepted_run(ngram, base):
     # stop strings, stop token ids and max_tokens land where they land without speculation, even inside a run of accepted drafts
-    for sp in [SamplingParams(temperature=0, max_tokens=40, stop=["lazy"]), SamplingParams(temperature=0, max_tokens=40, stop=["blue, red"]),
-               SamplingParams(temperature=0, max_tokens=7), SamplingParams(temperature=0, max_tokens=40, stop_token_ids=[28]),
-               SamplingParams(temperature=0, max_tokens=20, logprobs=2)]:
-        want, got = base.generate(PROMPTS, sp, use_tqdm=False), ngram.generate(PROMPTS, sp, use_tqdm=False)
-        for w, g in zip(want, got):
-            assert (g.outputs[0].text, g.outputs[0].token_ids, g.outputs[0].finish_reason, g.outputs[0].stop_reason) == \
-                   (w.outputs[0].text, w.outputs[0].token_ids, w.outputs[0].finish_reason, w.outputs[0].stop_reason), sp
-            if sp.logprobs:
-                assert len(g.outputs[0].logprobs) == len(w.outputs[0].logprobs)
-                for a, b in zip(g.outputs[0].logprobs, w.outputs[0].logprobs):
-                    assert a.keys() == b.keys() and all(abs(a[t].logprob - b[t].logprob) < 1e-3 for t in a)
+    sps = [SamplingParams(temperature=0, max_tokens=40, stop=["lazy"]), SamplingParams(temperature=0, max_tokens=40, stop=["blue, red"]),
+           SamplingParams(temperature=0, max_tokens=7), SamplingParams(temperature=0, max_tokens=40, stop_token_ids=[28]),
+           SamplingParams(temperature=0, max_tokens=20, logprobs=2)]
+    # every setting in one generate per engine (each prompt once per setting): one engine run instead of five, the same checks
+    prompts, params = [p for _ in sps for p in PROMPTS], [sp for sp in sps for _ in PROMPTS]
+    want, got = base.generate(prompts, params, use_tqdm=False), ngram.generate(prompts, params, use_tqdm=False)
+    for sp, w, g in zip(params, want, got):
+        assert (g.outputs[0].text, g.outputs[0].token_ids, g.outputs[0].finish_reason, g.outputs[0].stop_reason) == \
+               (w.outputs[0].text, w.outputs[0].token_ids, w.outputs[0].finish_reason, w.outputs[0].stop_reason), sp
+        if sp.logprobs:
+            assert len(g.outputs[0].logprobs) == len(w.outputs[0].logprobs)
+            for a, b in zip(g.outputs[0].logprobs, w.outputs[0].logprobs):
+                assert a.keys() == b.keys() and all(abs(a[t].logprob - b[t].logprob) < 1e-3 for t in a)
     assert_no_leak(ngram)
 
 

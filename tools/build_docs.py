@@ -49,6 +49,7 @@ PARTS = [(0, 19, "Part I: a request's path"), (20, 39, 'Part II: what the engine
          (50, 99, 'Benchmarks')]
 SECTION_IN = {'kernels': "Part II: what the engine adds"}  # the kernels open Part II (LoRA's chapter uses its kernel)
 CACHE = ROOT/'.cache'/'docs'
+TASKS_PER_WORKER = 4  # notebooks a worker process runs before a fresh one takes over
 
 # --- 1. nbdev processing (runs in worker processes) ---------------------------------------------------------------------
 
@@ -466,13 +467,15 @@ def _per_folder(fn, items, n_workers):
     ran them: a worker runs several notebooks, and a kernel notebook must be the first to import triton in its process
     (it turns the interpreter on before, on a machine without CUDA). Spawn: a fresh interpreter per worker, so the
     build's own imports never leak into notebooks. Results in the order of `items`."""
-    from fastcore.parallel import parallel
+    import concurrent.futures as cf, multiprocessing as mp
     groups = {}
     for i, it in enumerate(items): groups.setdefault(Path(it[0]).parent, []).append(i)
     res = [None] * len(items)
     for idx in groups.values():
-        for i, r in zip(idx, parallel(fn, [items[i] for i in idx], n_workers=min(n_workers, len(idx)), method='spawn', progress=False)):
-            res[i] = r
+        # a fresh worker every few notebooks: a worker that ran many keeps what their engines allocated (the model runner
+        # asks glibc to keep freed memory), and two such workers outgrew a 24 GB machine
+        with cf.ProcessPoolExecutor(min(n_workers, len(idx)), mp_context=mp.get_context('spawn'), max_tasks_per_child=TASKS_PER_WORKER) as ex:
+            for i, r in zip(idx, ex.map(fn, [items[i] for i in idx])): res[i] = r
     return res
 
 def _worker_env():
