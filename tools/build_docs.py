@@ -467,15 +467,18 @@ def _per_folder(fn, items, n_workers):
     ran them: a worker runs several notebooks, and a kernel notebook must be the first to import triton in its process
     (it turns the interpreter on before, on a machine without CUDA). Spawn: a fresh interpreter per worker, so the
     build's own imports never leak into notebooks. Results in the order of `items`."""
-    import concurrent.futures as cf, multiprocessing as mp
+    from fastcore.parallel import parallel
     groups = {}
     for i, it in enumerate(items): groups.setdefault(Path(it[0]).parent, []).append(i)
     res = [None] * len(items)
     for idx in groups.values():
-        # a fresh worker every few notebooks: a worker that ran many keeps what their engines allocated (the model runner
-        # asks glibc to keep freed memory), and two such workers outgrew a 24 GB machine
-        with cf.ProcessPoolExecutor(min(n_workers, len(idx)), mp_context=mp.get_context('spawn'), max_tasks_per_child=TASKS_PER_WORKER) as ex:
-            for i, r in zip(idx, ex.map(fn, [items[i] for i in idx])): res[i] = r
+        # fresh workers every few notebooks: a worker that ran many keeps what their engines allocated (the model runner
+        # asks glibc to keep freed memory), and two such workers outgrew a 24 GB machine. (A pool's max_tasks_per_child
+        # would do it, but hangs on Python 3.11.)
+        for k in range(0, len(idx), n_workers * TASKS_PER_WORKER):
+            part = idx[k:k + n_workers * TASKS_PER_WORKER]
+            for i, r in zip(part, parallel(fn, [items[i] for i in part], n_workers=min(n_workers, len(part)), method='spawn', progress=False)):
+                res[i] = r
     return res
 
 def _worker_env():
