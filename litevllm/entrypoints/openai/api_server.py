@@ -376,7 +376,7 @@ def _api_server_main(ns, model:str|None, kw:dict, names:list[str], addresses:dic
     os.environ.update(environ)  # a forked or fork-server process may predate the launcher's PROMETHEUS_MULTIPROC_DIR
     import prometheus_client.values as pv
     pv.ValueClass = pv.get_value_class()  # so this process's metrics go to the shared files, whenever prometheus_client was imported
-    from .engine_core import _watch_parent
+    from litevllm.engine_core import _watch_parent
     threading.Thread(target=_watch_parent, args=(death_pipe,), daemon=True).start()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(name)s: %(message)s")
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **kw), served_model_name=names[0], usage_context="openai_api_server",
@@ -386,8 +386,8 @@ def _api_server_main(ns, model:str|None, kw:dict, names:list[str], addresses:dic
 # %% ../../../nbs/42_server.ipynb #d3977809
 def run_api_servers(ns, model:str|None, kw:dict, names:list[str]) -> int:
     "vLLM's `--api-server-count`: engine core(s) and N API server processes sharing one listening socket; 0 on a clean stop."
-    from .core_client import ProcEngineManager
-    from .executor import get_mp_context, start_process
+    from litevllm.core_client import ProcEngineManager
+    from litevllm.executor import get_mp_context, start_process
     n, config = ns.api_server_count, AsyncEngineArgs(model=model, **kw).create_engine_config("openai_api_server")
     if config.parallel_config.data_parallel_backend == "ray": raise ValueError("--api-server-count > 1 needs --data-parallel-backend mp")
     base = f"ipc://{tempfile.gettempdir()}/litevllm-api-{os.getpid()}-{uuid.uuid4().hex[:8]}"
