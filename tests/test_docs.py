@@ -102,6 +102,13 @@ def test_nothing_loads_from_outside(site):
         assert '){target="' not in html, f"{f}: a Pandoc link attribute reached the page"
 
 
+def without_search_index(pg, site):
+    """Serve `pg` an empty search index. Every page load fetches the site's 3 MB index and builds a lunr index of it in a
+    worker, about half of each visit's time: wasted on a test that looks at the article, not the search (which has tests of its own)."""
+    no_docs = json.dumps({"config": json.loads((site / "search" / "search_index.json").read_text())["config"], "docs": []})
+    pg.route("**/search/search_index.json", lambda route: route.fulfill(status=200, content_type="application/json", body=no_docs))
+
+
 def test_front_page_and_nav(page, server):
     page.goto(f"{server}/index.html")
     assert "litevllm" in page.title()
@@ -110,7 +117,7 @@ def test_front_page_and_nav(page, server):
     nav = {}
     for i in range(links.count()):
         a = links.nth(i)
-        nav[a.get_attribute("href").removeprefix("./")] = a.inner_text().strip()
+        nav[a.get_attribute("href").removeprefix("./")] = (a.text_content() or "").strip()  # text_content: links inside a collapsed part section are hidden
     for path, title in expected_pages().items():
         assert path in nav, f"{path} is not in the nav: {nav}"
         if title: assert nav[path] == title, f"nav entry for {path}: {nav[path]!r}, expected {title!r}"
@@ -126,6 +133,7 @@ def test_front_page_and_nav(page, server):
 def test_mermaid_renders(page, server, site):
     "mkdocs-material turns each `pre.mermaid` into a `div.mermaid` holding the drawing once mermaid has run."
     with_mermaid = [p for p in expected_pages() if 'class="mermaid"' in (site / p).read_text()]
+    without_search_index(page, site)
     assert "index.html" in with_mermaid and "request.html" in with_mermaid  # request.html: drawn from LEGAL_TRANSITIONS
     for p in with_mermaid:
         n = (site / p).read_text().count('<pre class="mermaid">')
@@ -379,6 +387,7 @@ def seen(browser, server, built):
     import base64
     site, res = built[0], {}
     pg = browser.new_page(viewport={"width": build_docs.SCREEN_WIDTH, "height": 900})
+    without_search_index(pg, site)
     for p in build_docs.site_pages(site):
         pg.goto(f"{server}/{p}")
         build_docs.wait_rendered(pg)
