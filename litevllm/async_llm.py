@@ -17,7 +17,7 @@ from .executor import EngineDeadError  # one class for a dead engine, whether a 
 from .output_processor import RequestOutput, CompletionOutput
 from .exceptions import VLLMValidationError
 from .llm import BeamSearchSequence, get_beam_search_score  # 12_llm's offline beam search: its beams and vLLM's score
-from .metrics import IterationStats, PrometheusStatLogger, parse_metrics, metric_value, cache_config_info
+from .stats import IterationStats
 
 # %% auto #0
 __all__ = ['logger', 'AsyncEngineArgs', 'EngineGenerateError', 'AsyncLLM']
@@ -52,11 +52,8 @@ class AsyncLLM:
         self.tokenizer = self.engine.tokenizer
         self.max_model_len = vllm_config.max_model_len
         name = served_model_name or (DEFAULT_MODEL_NAME if vllm_config.args.model is None else str(vllm_config.args.model))
-        n = self.engine.num_blocks
         self.block_pool = None if mp else self.engine_core.scheduler.kv_cache_manager.block_pool  # in this process only
-        self.stat_logger = PrometheusStatLogger(name, n, cache_config=cache_config_info(vllm_config, n), max_model_len=vllm_config.max_model_len,
-                                                engine_indexes=list(range(vllm_config.parallel_config.data_parallel_size)),
-                                                speculative_config=vllm_config.speculative_config) if log_stats else None
+        self.stat_logger = self.engine._make_stat_logger(name) if log_stats else None  # a hook: Part III's metrics fill it in
         self._requests: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}  # live request id -> (loop, queue)
         self._beam_searches: dict[str, _BeamSearch] = {}  # live beam search id -> its state (its steps are in _requests)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()

@@ -1,4 +1,4 @@
-"""How the front end talks to the engine core: `InprocClient` (a method call), `SyncMPClient` and `AsyncMPClient` (engine-core processes behind ZeroMQ sockets), with load balancing over data-parallel engines
+"""How the front end talks to the engine core: `EngineCoreClient`, its interface, and `InprocClient`, the engine core as a method call
 
 Docs: https://litevllm.github.io/litevllm/core_client.html.md"""
 
@@ -6,22 +6,17 @@ Docs: https://litevllm.github.io/litevllm/core_client.html.md"""
 
 # %% ../nbs/10b_core_client.ipynb #38a8b71c
 from __future__ import annotations
-import asyncio, collections, logging, os, tempfile, threading, time, uuid, weakref
-import zmq
+import logging, os
 from .config import VllmConfig
 from .inputs import EngineCoreRequest
 from .request import RequestStatus
-from .sampler import LogprobsTensors
-from .executor import EngineDeadError, get_mp_context, start_process
-from .engine_core import (EngineCore, EngineCoreOutputs, EngineCoreHello, EngineCoreRequestType, MsgpackEncoder, MsgpackDecoder,
-                                  _engine_core_main)
+from .engine_core import EngineCore, EngineCoreOutputs
 
 logger = logging.getLogger("litevllm")
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['logger', 'multiprocessing_enabled', 'EngineCoreClient', 'InprocClient', 'MPClient', 'SyncMPClient', 'AsyncMPClient',
-           'ProcEngineManager', 'ExternalEngineManager', 'RayEngineManager']
+__all__ = ['logger', 'multiprocessing_enabled', 'EngineCoreClient', 'InprocClient', 'MPClient', 'SyncMPClient', 'AsyncMPClient', 'ProcEngineManager', 'ExternalEngineManager', 'RayEngineManager']
 
 # %% ../nbs/10b_core_client.ipynb #f85877e5
 def multiprocessing_enabled() -> bool:
@@ -34,12 +29,13 @@ class EngineCoreClient:
     "The front end's handle on the engine core (vLLM's interface)."
     @staticmethod
     def make_client(vllm_config:VllmConfig, multiprocess_mode:bool, asyncio_mode:bool=False, isolate_failures:bool=False,
-                    client_addresses:dict|None=None) -> EngineCoreClient:  # engine cores started elsewhere (see MPClient)
+                    client_addresses:dict|None=None) -> EngineCoreClient:  # engine cores started elsewhere (Part II's MPClient)
         if not multiprocess_mode:
             if vllm_config.parallel_config.data_parallel_size > 1:
                 raise ValueError("data_parallel_size > 1 needs the engine cores in processes of their own (VLLM_ENABLE_V1_MULTIPROCESSING=1)")
             return InprocClient(vllm_config, isolate_failures)
-        return (AsyncMPClient if asyncio_mode else SyncMPClient)(vllm_config, isolate_failures or asyncio_mode, client_addresses)
+        return EngineCoreClient.mp_clients["async" if asyncio_mode else "sync"](vllm_config, isolate_failures or asyncio_mode, client_addresses)
+    mp_clients: dict[str, type] = {}  # "sync", "async": engine cores in processes of their own (registered in Part II)
 
     multiprocess: bool = False
     isolate_failures: bool = False  # a failing step fails its requests only (see engine_core)
@@ -69,10 +65,17 @@ class InprocClient(EngineCoreClient):
     def __getattr__(self, name): return getattr(self.__dict__["engine_core"], name)  # scheduler, model_runner, step, ...
     def __setattr__(self, name, value): setattr(self.engine_core, name, value)
 
-# %% ../nbs/10b_core_client.ipynb #cf574389
+# %% ../nbs/24_engine_core_process.ipynb #ead03b43
+import asyncio, collections, tempfile, threading, time, uuid, weakref
+import zmq
+from .sampler import LogprobsTensors
+from .executor import EngineDeadError, get_mp_context, start_process
+from .engine_core import EngineCoreHello, EngineCoreRequestType, MsgpackEncoder, MsgpackDecoder, _engine_core_main
+
+# %% ../nbs/24_engine_core_process.ipynb #cf574389
 _HELLO_TIMEOUT_S = float(os.environ.get("LITEVLLM_ENGINE_START_TIMEOUT", 600))
 
-# %% ../nbs/10b_core_client.ipynb #5485bbee
+# %% ../nbs/24_engine_core_process.ipynb #5485bbee
 class MPClient(EngineCoreClient):
     "Engine-core processes behind a ROUTER (requests out) and a PULL (outputs in) socket."
     multiprocess = True
@@ -113,7 +116,7 @@ class MPClient(EngineCoreClient):
         except BaseException: self.shutdown(); raise
         self.num_blocks = min(h.num_blocks for h in self.hellos)
 
-# %% ../nbs/10b_core_client.ipynb #5b21e186
+# %% ../nbs/24_engine_core_process.ipynb #5b21e186
 @patch
 def _bind(self:MPClient, backend:str, given:dict|None=None) -> tuple[str, str]:
     if given:  # an API server of several: the launcher chose the addresses its engine cores connect to
@@ -127,7 +130,7 @@ def _bind(self:MPClient, backend:str, given:dict|None=None) -> tuple[str, str]:
     self.input_socket.bind(base + "-in"); self.output_socket.bind(base + "-out")
     return base + "-in", base + "-out"
 
-# %% ../nbs/10b_core_client.ipynb #654023f1
+# %% ../nbs/24_engine_core_process.ipynb #654023f1
 def _shutdown_client(managers:list, ctx, sockets:list):
     "Stop every engine-core process, then close the sockets (also run at garbage collection and exit)."
     try:
@@ -163,7 +166,7 @@ def check_health(self:MPClient):
         self.dead_error = EngineDeadError(f"the engine core died: {why}")
     if self.dead_error is not None: raise self.dead_error
 
-# %% ../nbs/10b_core_client.ipynb #fe2c1857
+# %% ../nbs/24_engine_core_process.ipynb #fe2c1857
 @patch
 def _send(self:MPClient, engine:int, kind:EngineCoreRequestType, payload):
     self.check_health()
@@ -191,7 +194,7 @@ def abort_requests(self:MPClient, request_ids:list[str], status:RequestStatus=Re
         try: self._send(e, EngineCoreRequestType.ABORT, (ids, status.value))
         except EngineDeadError: pass  # a dead engine holds no request any more
 
-# %% ../nbs/10b_core_client.ipynb #164c17d0
+# %% ../nbs/24_engine_core_process.ipynb #164c17d0
 @patch
 def _receive(self:MPClient, timeout_ms:int) -> EngineCoreOutputs|None|bool:
     "One message: outputs, None (nothing came), or False (woken)."
@@ -215,7 +218,7 @@ def _receive(self:MPClient, timeout_ms:int) -> EngineCoreOutputs|None|bool:
     for rid in outs.failed_requests: self.req_engine.pop(rid, None)
     return outs
 
-# %% ../nbs/10b_core_client.ipynb #7d08623f
+# %% ../nbs/24_engine_core_process.ipynb #7d08623f
 @patch
 def get_output(self:MPClient, timeout:float|None=None) -> EngineCoreOutputs|None:
     "The next `EngineCoreOutputs` of any engine; None if woken (`wake`) or `timeout` s passed."
@@ -234,7 +237,7 @@ def wake(self:MPClient):
     "End a `get_output` waiting in another thread (it returns None)."
     with self.wake_lock: self.wake_send.send(b"")
 
-# %% ../nbs/10b_core_client.ipynb #e906b83f
+# %% ../nbs/24_engine_core_process.ipynb #e906b83f
 @patch
 def call_utility(self:MPClient, method:str, *args, engine:int|None=None):
     "Call `method(*args)` of the engine core (every engine, unless `engine` is given): the first engine's answer."
@@ -252,7 +255,7 @@ def call_utility(self:MPClient, method:str, *args, engine:int|None=None):
     if failed := [a.failure_message for a in answers if a.failure_message]: raise RuntimeError(f"{method} failed in the engine core: {failed[0]}")
     return answers[0].result
 
-# %% ../nbs/10b_core_client.ipynb #db3589a7
+# %% ../nbs/24_engine_core_process.ipynb #db3589a7
 class SyncMPClient(MPClient):
     "Engine-core processes, driven from one thread (`LLM`, `LLMEngine`)."
 
@@ -265,7 +268,10 @@ class AsyncMPClient(MPClient):
     async def abort_requests_async(self, request_ids:list[str]): self.abort_requests(request_ids)
     async def call_utility_async(self, method:str, *args): return await asyncio.to_thread(self.call_utility, method, *args)
 
-# %% ../nbs/10b_core_client.ipynb #91fe6647
+# %% ../nbs/24_engine_core_process.ipynb #76b1f789
+EngineCoreClient.mp_clients.update(sync=SyncMPClient, **{"async": AsyncMPClient})  # what make_client(multiprocess_mode=True) builds
+
+# %% ../nbs/24_engine_core_process.ipynb #91fe6647
 class ProcEngineManager:
     "`n` engine-core processes on this machine."
     def __init__(self, vllm_config:VllmConfig, n:int, input_address:str, output_address:str, isolate_failures:bool):
@@ -304,7 +310,7 @@ class ProcEngineManager:
             if p.is_alive(): p.kill(); p.join(2)
         for d in self._death: d.close()
 
-# %% ../nbs/10b_core_client.ipynb #6f05038b
+# %% ../nbs/24_engine_core_process.ipynb #6f05038b
 class ExternalEngineManager:
     "Engine cores another process started and stops: this client only watches their pids."
     def __init__(self): self.pids: list[int] = []
@@ -316,7 +322,7 @@ class ExternalEngineManager:
         return None
     def shutdown(self, timeout:float=5.0): pass
 
-# %% ../nbs/10b_core_client.ipynb #9b20f618
+# %% ../nbs/24_engine_core_process.ipynb #9b20f618
 _RAY_ENV_PREFIXES = ("VLLM_", "LITEVLLM_", "HF_", "TRITON_")  # what the actors take from this process's environment
 
 def _init_ray():
@@ -353,7 +359,7 @@ class RayEngineManager:
     @property
     def pids(self) -> list[int]: return [w["pid"] for w in self.where]  # on their own nodes
 
-# %% ../nbs/10b_core_client.ipynb #b7b94d36
+# %% ../nbs/24_engine_core_process.ipynb #b7b94d36
 @patch
 def why_dead(self:RayEngineManager) -> str|None:
     "The first engine whose actor has died or whose `run` has ended (asked of Ray at most every 50 ms)."
@@ -378,7 +384,7 @@ def shutdown(self:RayEngineManager, timeout:float=5.0):
     try: ray.wait(self.runs, num_returns=len(self.runs), timeout=timeout)
     except Exception: pass
 
-# %% ../nbs/10b_core_client.ipynb #baaea523
+# %% ../nbs/24_engine_core_process.ipynb #baaea523
 class _RayEngineCore:
     "A Ray actor: one engine core in the actor's process, until `ray.kill`."
     def where(self) -> dict:

@@ -245,20 +245,14 @@ def trace_step(self:LLMEngine, step:int=0) -> dict:
 
 # %% ../nbs/11_engine.ipynb #55d85f65
 @patch
-def _make_stat_logger(self:LLMEngine):
-    from litevllm.metrics import PrometheusStatLogger, cache_config_info  # imported only when stats are on
-    name = DEFAULT_MODEL_NAME if self.vllm_config.args.model is None else str(self.vllm_config.args.model)
-    n = self.num_blocks
-    return PrometheusStatLogger(name, n, cache_config=cache_config_info(self.vllm_config, n), max_model_len=self.vllm_config.max_model_len,
-                                engine_indexes=list(range(self.vllm_config.parallel_config.data_parallel_size)),
-                                speculative_config=self.vllm_config.speculative_config)  # the vllm:spec_decode_* counters when on
+def _make_stat_logger(self:LLMEngine, model_name:str|None=None):
+    "A hook: Part III's metrics make vLLM's Prometheus logger here (what get_metrics() reads). Without them: none."
+    return None
 
 @patch
 def _make_spec_decoding_logging(self:LLMEngine):
-    "What adds up the drafts for the log line: only with speculative decoding on."
-    if self.vllm_config.speculative_config is None: return None
-    from litevllm.metrics import SpecDecodingLogging
-    return SpecDecodingLogging()
+    "A hook: Part III's metrics add up the drafts for the log line (with speculative decoding on). Without them: none."
+    return None
 
 @patch
 def _note_scheduled(self:LLMEngine, request_ids:list[str], t:float):

@@ -1,4 +1,4 @@
-"""`EngineCore` (schedule → execute → update), and `EngineCoreProc`: the same engine core in a process of its own, behind two ZeroMQ sockets
+"""`EngineCore`: schedule → execute → update, one step at a time, and what each step sends back
 
 Docs: https://litevllm.github.io/litevllm/engine_core.html.md"""
 
@@ -6,8 +6,8 @@ Docs: https://litevllm.github.io/litevllm/engine_core.html.md"""
 
 # %% ../nbs/10a_engine_core.ipynb #9fe72e3a
 from __future__ import annotations
-import enum, logging, multiprocessing, os, signal, struct, threading, time
-import msgspec, zmq, torch
+import logging, time
+import msgspec, torch
 from fastcore.basics import patch
 from .config import VllmConfig
 from .inputs import EngineCoreRequest
@@ -18,9 +18,7 @@ from .executor import Executor, EngineDeadError
 logger = logging.getLogger("litevllm")
 
 # %% auto #0
-__all__ = ['logger', 'AddPayload', 'AbortPayload', 'UtilityPayload', 'EngineCore', 'UtilityOutput', 'EngineCoreOutputs',
-           'MsgpackEncoder', 'MsgpackDecoder', 'EngineCoreRequestType', 'EngineCoreHello', 'EngineCoreProc',
-           'run_engine_core']
+__all__ = ['logger', 'EngineCore', 'UtilityOutput', 'EngineCoreOutputs', 'AddPayload', 'AbortPayload', 'UtilityPayload', 'MsgpackEncoder', 'MsgpackDecoder', 'EngineCoreRequestType', 'EngineCoreHello', 'EngineCoreProc', 'run_engine_core']
 
 # %% ../nbs/10a_engine_core.ipynb #8d6d1da6
 class EngineCore:
@@ -133,7 +131,11 @@ def num_free_blocks(self:EngineCore) -> int: return self.scheduler.kv_cache_mana
 @patch
 def num_blocks(self:EngineCore) -> int: return self.scheduler.kv_cache_manager.block_pool.num_blocks
 
-# %% ../nbs/10a_engine_core.ipynb #9e0d0ebb
+# %% ../nbs/24_engine_core_process.ipynb #52743b35
+import enum, multiprocessing, os, signal, struct, threading
+import zmq
+
+# %% ../nbs/24_engine_core_process.ipynb #9e0d0ebb
 _TENSOR_EXT = 1
 
 def _enc_hook(obj):
@@ -161,7 +163,7 @@ class MsgpackDecoder:
     def __init__(self, t=object): self.dec = msgspec.msgpack.Decoder(t, ext_hook=_ext_hook)
     def decode(self, data): return self.dec.decode(data)
 
-# %% ../nbs/10a_engine_core.ipynb #4bbf9e01
+# %% ../nbs/24_engine_core_process.ipynb #4bbf9e01
 class EngineCoreRequestType(enum.Enum):
     "The first frame of every message to an engine core (vLLM's values)."
     ADD = b"\x00"
@@ -179,7 +181,7 @@ class EngineCoreHello(msgspec.Struct, omit_defaults=True):
     num_blocks: int|None = None
     error: str|None = None
 
-# %% ../nbs/10a_engine_core.ipynb #7106cadb
+# %% ../nbs/24_engine_core_process.ipynb #7106cadb
 class EngineCoreProc(EngineCore):
     "An `EngineCore` fed by request sockets, answering on output sockets (a pair per front end), in a busy loop."
     def __init__(self, vllm_config:VllmConfig,
@@ -213,7 +215,7 @@ class EngineCoreProc(EngineCore):
         n = None if error else self.num_blocks()
         for s in self.input_sockets: s.send(self.encoder.encode(EngineCoreHello(self.engine_index, os.getpid(), n, error)))
 
-# %% ../nbs/10a_engine_core.ipynb #38cbc398
+# %% ../nbs/24_engine_core_process.ipynb #38cbc398
 @patch
 def run_busy_loop(self:EngineCoreProc):
     "Take what came in, step if there is work, send the outputs; sleep in `poll` when idle."
@@ -252,7 +254,7 @@ def _handle_client_request(self:EngineCoreProc, kind:EngineCoreRequestType, payl
         except Exception as e: out = UtilityOutput(call_id, f"{type(e).__name__}: {e}")
         self.output_sockets[client].send(self.encoder.encode(EngineCoreOutputs(engine_index=self.engine_index, utility_output=out)))
 
-# %% ../nbs/10a_engine_core.ipynb #2bf85d80
+# %% ../nbs/24_engine_core_process.ipynb #2bf85d80
 @patch
 def _send_outputs(self:EngineCoreProc, outs:EngineCoreOutputs):
     "One step's outputs to the front ends: to each its own requests', to every one the step's stats."
@@ -270,7 +272,7 @@ def _send_last_words(self:EngineCoreProc, why:str):
     "The engine core is failing: every front end hears why."
     for s in self.output_sockets: s.send(self.encoder.encode(EngineCoreOutputs(engine_index=self.engine_index, engine_dead=why)))
 
-# %% ../nbs/10a_engine_core.ipynb #1c74f848
+# %% ../nbs/24_engine_core_process.ipynb #1c74f848
 def _watch_parent(death_pipe):
     try: death_pipe.recv()
     except (EOFError, OSError): pass

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from .kv_cache import PrefixCacheStats
 
 # %% auto #0
-__all__ = ['SpecDecodingStats', 'add_spec_stats', 'SchedulerStats']
+__all__ = ['SpecDecodingStats', 'add_spec_stats', 'SchedulerStats', 'FinishedRequestStats', 'PromptTokenStats', 'IterationStats']
 
 # %% ../nbs/05_sched_stats.ipynb #b6bf67c0
 @dataclass
@@ -54,3 +54,79 @@ class SchedulerStats:
     num_preemptions: int = 0           # since the engine started
     num_skipped_waiting_reqs: int = 0  # deferred: a grammar compiling, a LoRA adapter without a slot (vLLM's "deferred" reason)
     spec_decoding_stats: SpecDecodingStats|None = None  # the steps since the last snapshot (speculative decoding on, Part II)
+
+# %% ../nbs/11_engine.ipynb #dd94728c
+@dataclass
+class FinishedRequestStats:
+    "The numbers of one request that just finished."
+    finish_reason: str           # stop | length | abort | error
+    e2e_latency: float = 0.0     # seconds from arrival to finish
+    num_prompt_tokens: int = 0
+    num_generation_tokens: int = 0
+    time_to_first_token: float|None = None
+    mean_time_per_output_token: float|None = None  # TPOT: None with fewer than 2 tokens
+    queued_time: float = 0.0     # arrival -> first scheduled
+    prefill_time: float = 0.0    # first scheduled -> first token
+    decode_time: float = 0.0     # first token -> last token
+    inference_time: float = 0.0  # first scheduled -> last token
+    num_cached_tokens: int = 0   # prompt tokens found in the prefix cache
+    n_param: int|None = None     # the request's n (once per request, not per child)
+    max_tokens_param: int|None = None
+    num_preemptions: int = 0     # times the engine core preempted it
+
+# %% ../nbs/11_engine.ipynb #d2949f17
+@dataclass
+class PromptTokenStats:
+    "One step's prompt tokens by source (vLLM's): computed here, hit in the local prefix cache, or transferred (never, here)."
+    ALL_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vllm:prompt_tokens_by_source's labels
+    computed: int = 0
+    local_cache_hit: int = 0
+    external_kv_transfer: int = 0  # litevllm has no KV connector: always 0, exported as vLLM does
+    cached_tokens: int = 0         # local_cache_hit + external_kv_transfer
+    total: int = 0                 # computed + cached_tokens
+    def get_by_source(self, source:str) -> int:
+        "The tokens of one `source` label."
+        return {"local_compute": self.computed, "local_cache_hit": self.local_cache_hit, "external_kv_transfer": self.external_kv_transfer}[source]
+
+@dataclass
+class IterationStats:
+    "What one engine step did: the tokens it made and the latencies it completed."
+    num_prompt_tokens: int = 0
+    num_generation_tokens: int = 0
+    num_cached_tokens: int = 0   # prompt tokens of this iteration's first tokens that came from the prefix cache
+    time_to_first_tokens_iter: list[float] = field(default_factory=list)
+    inter_token_latencies_iter: list[float] = field(default_factory=list)
+    finished_requests: list[FinishedRequestStats] = field(default_factory=list)
+    prompt_token_stats: PromptTokenStats = field(default_factory=PromptTokenStats)
+
+# %% ../nbs/11_engine.ipynb #5318c0da
+from fastcore.basics import patch
+
+@patch
+def update_from_output(self:IterationStats, output:EngineCoreOutput, stats, num_prompt_tokens:int, now:float):
+    "Count one EngineCoreOutput of a request whose front-end stats are `stats` (not yet updated for this output)."
+    n = len(output.new_token_ids)
+    if not n: return
+    self.num_generation_tokens += n
+    if stats.first_token_time is None:
+        self.num_prompt_tokens += num_prompt_tokens
+        self.num_cached_tokens += output.num_cached_tokens
+        p, cached = self.prompt_token_stats, min(output.num_cached_tokens, num_prompt_tokens)
+        p.total += num_prompt_tokens; p.cached_tokens += cached; p.local_cache_hit += cached; p.computed += num_prompt_tokens - cached
+        self.time_to_first_tokens_iter.append(now - stats.arrival_time)
+    else: self.inter_token_latencies_iter.append(now - stats.last_token_time)
+
+@patch
+def update_from_finished_request(self:IterationStats, finish_reason:str, stats, num_prompt_tokens:int, now:float,
+                                 scheduled_time:float|None=None, num_cached_tokens:int=0, n_param:int|None=None, max_tokens_param:int|None=None):
+    "Record a request that finished in this step (its stats now updated); `scheduled_time`: when it was first scheduled."
+    ttft = stats.first_token_time - stats.arrival_time if stats.first_token_time is not None else None
+    n = stats.num_generation_tokens
+    tpot = (stats.last_token_time - stats.first_token_time) / (n - 1) if n > 1 else None
+    sched = stats.arrival_time if scheduled_time is None else scheduled_time
+    first, last = stats.first_token_time or now, stats.last_token_time or now
+    self.finished_requests.append(FinishedRequestStats(str(finish_reason), now - stats.arrival_time, num_prompt_tokens, n, ttft, tpot,
+                                                       queued_time=sched - stats.arrival_time, prefill_time=first - sched,
+                                                       decode_time=last - first, inference_time=last - sched,
+                                                       num_cached_tokens=num_cached_tokens, n_param=n_param, max_tokens_param=max_tokens_param,
+                                                       num_preemptions=stats.num_preemptions))

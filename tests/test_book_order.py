@@ -43,9 +43,10 @@ def owners() -> dict[str, Path]:
 
 
 def imported(src:str) -> set[str]:
-    "The litevllm modules a cell imports, anywhere in it (inside functions too), without the `litevllm.` prefix."
+    "The litevllm modules a cell imports, anywhere in it (inside functions, after `if x:`), without the `litevllm.` prefix."
     mods = set()
-    for m in re.finditer(r"^\s*from\s+litevllm\.([\w.]+)\s+import|^\s*import\s+litevllm\.([\w.]+)", src, re.M):
+    src = "\n".join(l for l in src.splitlines() if not l.lstrip().startswith("if TYPE_CHECKING:"))  # type hints only
+    for m in re.finditer(r"(?:^|[:;])\s*from\s+litevllm\.([\w.]+)\s+import|(?:^|[:;])\s*import\s+litevllm\.([\w.]+)", src, re.M):
         mods.add(m[1] or m[2])
     return mods
 

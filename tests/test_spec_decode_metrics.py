@@ -1,4 +1,4 @@
-"""Speculative decoding's metrics (nbs/10c_metrics, 11_engine, 14_async_llm) and flags (40_cli, 42_server): vLLM 0.32's
+"""Speculative decoding's metrics (nbs/41a_metrics, 11_engine, 14_async_llm) and flags (40_cli, 42_server): vLLM 0.32's
 vllm:spec_decode_* counters (names, HELP texts, labels, values and get_metrics() objects as vLLM's own SpecDecodingProm
 gives them on the same steps, tests/data/vllm032_spec_decode_metrics.json), its "SpecDecoding metrics" log line, both
 on a real engine with ngram speculation, /metrics of the server, and `--speculative-config` refused before any engine starts."""
