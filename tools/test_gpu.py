@@ -112,13 +112,14 @@ NOT_CARRIED = {"scipy": "its 35 MB wheel does not fit in the 64 MiB that travel 
 REAL_MODEL_STOPS = {
     "nbs/09_model_runner.ipynb": ("018d1311", 'asserts the default model\'s greedy text " Paris." (the later cells reuse those tokens)'),
     "nbs/09a_executor.ipynb": ("82a0506e", 'asserts the default model\'s greedy text " Paris."'),
-    "nbs/10a_engine_core.ipynb": ("81737346", 'asserts the default model\'s greedy text " Paris."'),
+    "nbs/10b_core_client.ipynb": ("4b6c13f5", 'asserts the default model\'s greedy text " Paris."'),
     "nbs/11_engine.ipynb": ("442dacad", 'asserts the default model\'s greedy text " Paris."'),
     "nbs/12_llm.ipynb": ("e9d58250", 'asserts the default model\'s greedy text " Paris."'),
     "nbs/22c_multi_lora.ipynb": ("4792fbd2", 'adapters trained in 8 steps on the real model must answer " Arr..." and " Bonjour..."'),
     "nbs/14_async_llm.ipynb": ("fb99e01b", 'asserts the default model\'s greedy text " Paris."'),
     "nbs/42_server.ipynb": ("bd676def", 'asserts the default model\'s greedy text " Paris."'),
     "nbs/42a_tool_calling.ipynb": ("560f6d5f", "the real model closes a forced tool call's JSON within 60 tokens"),
+    "nbs/24_engine_core_process.ipynb": ("81737346", 'asserts the default model\'s greedy text " Paris." (through an engine-core process)'),
     "nbs/19_request_lifecycle.ipynb": ("dc11b2ce", 'asserts the default model\'s greedy text " Paris."'),
     "nbs/23a_speculative_decoding.ipynb": ("e9d6bb45", "asserts the real model's drafts and tokens on a code prompt"),
 }
@@ -137,7 +138,7 @@ PRIORITY = ["tests/test_kernels.py", "tests/test_cuda_backend.py", "tests/test_c
             "tests/test_lora_cuda.py", "tests/test_lora_kernel.py", "tests/test_triton_backend.py",
             "kernels_nbs/01_paged_attention.ipynb", "nbs/09_model_runner.ipynb", "nbs/22c_multi_lora.ipynb", "nbs/42_server.ipynb",
             "kernels_nbs/00_store_kvcache.ipynb", "kernels_nbs/04_lora.ipynb", "nbs/06_models.ipynb", "nbs/22b_lora.ipynb",
-            "nbs/07_attention.ipynb", "nbs/30*.ipynb"]
+            "nbs/07_attention.ipynb", "nbs/50*.ipynb"]
 
 # --- the plan ------------------------------------------------------------------------------------------------------------
 
