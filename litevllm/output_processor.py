@@ -57,7 +57,7 @@ class CompletionOutput:
     token_ids: list[int]
     cumulative_logprob: float|None
     logprobs: list[dict[int, Logprob]]|None
-    finish_reason: str|None = None   # "stop", "length", "abort", or None while running
+    finish_reason: str|None = None   # "stop", "length", "abort", "error", "repetition", or None while running
     stop_reason: int|str|None = None # the stop string or stop token id that ended it
     def finished(self) -> bool: return self.finish_reason is not None
     def __repr__(self): return self._repr()

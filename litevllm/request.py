@@ -29,13 +29,14 @@ class RequestStatus(enum.IntEnum):
     FINISHED_ABORTED = enum.auto()
     FINISHED_IGNORED = enum.auto()
     FINISHED_ERROR = enum.auto()   # vLLM's: the request failed in the engine (its grammar did not compile)
+    FINISHED_REPETITION = enum.auto()  # vLLM's: its output repeats a pattern (SamplingParams.repetition_detection)
 
     @staticmethod
     def is_finished(status:RequestStatus) -> bool: return status > RequestStatus.PREEMPTED
 
     @staticmethod
     def get_finished_reason(status:RequestStatus) -> str|None:
-        "The OpenAI finish reason of a finished status: stop, length, abort, error."
+        "The OpenAI finish reason of a finished status: stop, length, abort, error, repetition."
         return _FINISHED_REASON.get(status)
 
 class FinishReason(enum.IntEnum):
@@ -44,15 +45,17 @@ class FinishReason(enum.IntEnum):
     LENGTH = 1
     ABORT = 2
     ERROR = 3
+    REPETITION = 4
     def __str__(self): return self.name.lower()
 
 _FINISHED_REASON = {RequestStatus.FINISHED_STOPPED: FinishReason.STOP, RequestStatus.FINISHED_LENGTH_CAPPED: FinishReason.LENGTH,
                     RequestStatus.FINISHED_ABORTED: FinishReason.ABORT, RequestStatus.FINISHED_IGNORED: FinishReason.LENGTH,
-                    RequestStatus.FINISHED_ERROR: FinishReason.ERROR}
+                    RequestStatus.FINISHED_ERROR: FinishReason.ERROR, RequestStatus.FINISHED_REPETITION: FinishReason.REPETITION}
 
 # %% ../nbs/03_request.ipynb #bf055e8b
 _S = RequestStatus
-_FINISHED = {_S.FINISHED_STOPPED, _S.FINISHED_LENGTH_CAPPED, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED, _S.FINISHED_ERROR}
+_FINISHED = {_S.FINISHED_STOPPED, _S.FINISHED_LENGTH_CAPPED, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED, _S.FINISHED_ERROR,
+             _S.FINISHED_REPETITION}
 LEGAL_TRANSITIONS: dict[RequestStatus, set[RequestStatus]] = {
     _S.WAITING: {_S.RUNNING, _S.WAITING_FOR_FSM, _S.WAITING_FOR_REMOTE_KVS, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED},
     _S.WAITING_FOR_FSM: {_S.WAITING, _S.FINISHED_ABORTED, _S.FINISHED_ERROR},
@@ -66,12 +69,13 @@ LEGAL_TRANSITIONS: dict[RequestStatus, set[RequestStatus]] = {
 _EDGE_LABELS = {(_S.WAITING, _S.RUNNING): "scheduled", (_S.RUNNING, _S.PREEMPTED): "out of KV blocks",
                 (_S.PREEMPTED, _S.RUNNING): "recomputed", (_S.RUNNING, _S.FINISHED_STOPPED): "EOS, stop token, stop string",
                 (_S.RUNNING, _S.FINISHED_LENGTH_CAPPED): "max_tokens, max_model_len", (_S.WAITING, _S.FINISHED_IGNORED): "can never fit",
+                (_S.RUNNING, _S.FINISHED_REPETITION): "output repeats a pattern",
                 (_S.WAITING_FOR_REMOTE_KVS, _S.WAITING): "KV blocks arrived"}
 # mermaid places states in the order it meets them: the grammar detour on top, the common path in the middle, the status
 # this engine never enters last. No `<br>` in labels: mermaid wraps long ones itself, and the site hands mermaid the
 # diagram's text content, where a `<br>` is lost
 _LAYOUT = [_S.WAITING, _S.WAITING_FOR_FSM, _S.FINISHED_ERROR, _S.RUNNING, _S.PREEMPTED, _S.FINISHED_STOPPED,
-           _S.FINISHED_LENGTH_CAPPED, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED, _S.WAITING_FOR_REMOTE_KVS]
+           _S.FINISHED_LENGTH_CAPPED, _S.FINISHED_REPETITION, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED, _S.WAITING_FOR_REMOTE_KVS]
 
 class Mermaid:
     "A mermaid diagram: shown as a diagram by JupyterLab and by the docs site."

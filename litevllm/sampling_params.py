@@ -12,7 +12,8 @@ from fastcore.basics import patch
 from .exceptions import VLLMValidationError
 
 # %% auto #0
-__all__ = ['logger', 'RequestOutputKind', 'StructuredOutputsParams', 'SamplingParams', 'BeamSearchParams']
+__all__ = ['logger', 'RequestOutputKind', 'StructuredOutputsParams', 'RepetitionDetectionParams', 'SamplingParams',
+           'BeamSearchParams']
 
 # %% ../nbs/01_sampling_params.ipynb #5699235d
 class RequestOutputKind(enum.Enum):
@@ -56,6 +57,25 @@ class StructuredOutputsParams:
         "Which constraint this is: json, regex, choice, grammar or json_object."
         return next(k for k in self._KINDS if getattr(self, k) is not None)
 
+# %% ../nbs/01_sampling_params.ipynb #3e1fdc48
+@dataclass
+class RepetitionDetectionParams:
+    "vLLM's: end a request whose output repeats a pattern of min..max_pattern_size tokens min_count times in a row."
+    max_pattern_size: int = 0   # the longest pattern looked for; 0: off
+    min_pattern_size: int = 0   # the shortest (0 means 1); at most max_pattern_size
+    min_count: int = 0          # how many times in a row (at least 2 when on)
+
+    def __post_init__(self):
+        bad = lambda msg: VLLMValidationError(msg, parameter="repetition_detection", value=self)
+        if any(not isinstance(v, int) or isinstance(v, bool) for v in (self.max_pattern_size, self.min_pattern_size, self.min_count)):
+            raise bad("repetition_detection: max_pattern_size, min_pattern_size and min_count must be integers")
+        if self.max_pattern_size < 0 or self.min_pattern_size < 0 or self.min_pattern_size > self.max_pattern_size:
+            raise bad("max_pattern_size, min_pattern_size must be >=0, with min_pattern_size <= max_pattern_size. "
+                      "Set both to 0 to disable repetitive pattern detection.")
+        if self.max_pattern_size > 0 and self.min_count < 2:
+            raise bad("min_count must be >= 2 to detect repetitive patterns in engine output. "
+                      "If you do not wish to detect repetitive patterns, set max_pattern_size to 0.")
+
 # %% ../nbs/01_sampling_params.ipynb #372e301f
 _SAMPLING_EPS = 1e-5
 _MAX_TEMP = 1e-2   # the smallest non-zero temperature (vLLM's name)
@@ -90,6 +110,7 @@ class SamplingParams:
     logit_bias: dict[int, float]|None = None    # token id -> value added to its logit
     allowed_token_ids: list[int]|None = None    # only these tokens may be generated
     structured_outputs: StructuredOutputsParams|None = None  # the output follows this grammar (see `structured_output`)
+    repetition_detection: RepetitionDetectionParams|None = None  # end a request stuck repeating a pattern
     extra_args: dict|None = None
 
     def __post_init__(self):
@@ -145,6 +166,8 @@ def _verify(self:SamplingParams):
     check(isinstance(self.output_kind, RequestOutputKind), f"output_kind must be a RequestOutputKind, got {self.output_kind!r}.", "output_kind")
     check(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputsParams),
           f"structured_outputs must be a StructuredOutputsParams, got {type(self.structured_outputs).__name__}.", "structured_outputs")
+    check(self.repetition_detection is None or isinstance(self.repetition_detection, RepetitionDetectionParams),
+          f"repetition_detection must be a RepetitionDetectionParams, got {type(self.repetition_detection).__name__}.", "repetition_detection")
 
 # %% ../nbs/01_sampling_params.ipynb #2f8ee062
 @patch(as_prop=True)

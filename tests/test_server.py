@@ -183,6 +183,41 @@ def test_stop_strings(client):
     assert streamed == " Paris"
 
 
+# vLLM 0.32's offline LLM on the default model (float32, greedy, max_tokens 60), 2026-11-28: the output token ids and
+# finish reason of each prompt with each RepetitionDetectionParams.
+REPETITION_VLLM = [
+    ("Repeat after me: la la la la la la la la", dict(max_pattern_size=4, min_count=3), [2618, 2618, 2618], "repetition"),
+    ("Repeat after me: la la la la la la la la", dict(max_pattern_size=6, min_pattern_size=2, min_count=2), [2618] * 4, "repetition"),
+    ("1, 2, 1, 2, 1, 2, 1, 2,", dict(max_pattern_size=4, min_count=3), [216, 33, 28, 216, 34, 28] * 10, "length"),  # a 6-token pattern
+    ("1, 2, 1, 2, 1, 2, 1, 2,", dict(max_pattern_size=6, min_pattern_size=2, min_count=2), [216, 33, 28, 216, 34, 28] * 2, "repetition"),
+    ("Write the word 'hello' twenty times:", dict(max_pattern_size=4, min_count=3), [198, 198, 3725, 198, 28120, 198, 28120, 198, 28120], "repetition"),
+    ("Write the word 'hello' twenty times:", dict(max_pattern_size=6, min_pattern_size=2, min_count=2), [198, 198, 3725, 198, 28120, 198, 28120], "repetition"),
+]
+
+
+def test_repetition_detection(client, server):
+    "vLLM's `repetition_detection`: the same tokens and finish reason as vLLM's; streamed, in chat, counted; a bad one is a 400."
+    def repeated(): return sum(v for k, v in metrics(server).items() if k.startswith("vllm:request_success_total") and 'finished_reason="repetition"' in k)
+    before = repeated()
+    for prompt, params, ids, reason in REPETITION_VLLM:
+        c = client.completions.create(model=MODEL, prompt=prompt, max_tokens=60, temperature=0,
+                                      extra_body=dict(repetition_detection=params, return_token_ids=True)).choices[0]
+        assert (c.token_ids, c.finish_reason) == (ids, reason), (prompt, params)
+    deadline = time.monotonic() + 10
+    while repeated() - before < 5 and time.monotonic() < deadline: time.sleep(0.05)
+    assert repeated() - before == 5
+    kw = dict(model=MODEL, max_tokens=60, temperature=0, extra_body=dict(repetition_detection=dict(max_pattern_size=4, min_count=3)))
+    chunks = [ch for ch in client.completions.create(prompt=REPETITION_VLLM[0][0], stream=True, **kw) if ch.choices]
+    assert "".join(ch.choices[0].text for ch in chunks) == " la la la" and chunks[-1].choices[0].finish_reason == "repetition"
+    kw["extra_body"] = dict(repetition_detection=dict(max_pattern_size=8, min_count=2))
+    chat = client.chat.completions.create(messages=[{"role": "user", "content": "Say 'ha' fifty times, separated by spaces."}], **kw).choices[0]
+    # vLLM 0.32's LLM.chat, same model and settings: 59 tokens, the sentence "I'm here to help with anything" twice at the end
+    assert chat.finish_reason == "repetition" and chat.message.content.endswith("I'm here to help with anything. I'm here to help with anything")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="Hi", max_tokens=5, extra_body=dict(repetition_detection=dict(max_pattern_size=2, min_count=1)))
+    assert "min_count must be >= 2" in str(e.value)
+
+
 def test_seed_reproducibility(client):
     kw = dict(model=MODEL, prompt="Once upon a time", max_tokens=16, temperature=1.0)
     a = client.completions.create(seed=42, **kw).choices[0].text

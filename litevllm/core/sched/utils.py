@@ -9,7 +9,21 @@ from __future__ import annotations
 from ...request import Request, RequestStatus
 
 # %% auto #0
-__all__ = ['check_stop']
+__all__ = ['check_sequence_repetition', 'check_stop']
+
+# %% ../../../nbs/05_scheduler.ipynb #bfc4bc95
+def _has_repeating_pattern(token_ids:list[int], pattern_len:int, min_count:int) -> bool:
+    "Are the last `pattern_len` tokens the same as each of the `min_count - 1` runs of that length before them?"
+    return all(token_ids[-(pattern_len * m + n)] == token_ids[-n] for n in range(1, pattern_len + 1) for m in range(1, min_count))
+
+def check_sequence_repetition(token_ids:list[int], params) -> bool:
+    "vLLM's: does the output end in a pattern of min..max_pattern_size tokens repeated min_count times (a RepetitionDetectionParams)?"
+    lo, hi, count = max(params.min_pattern_size, 1), params.max_pattern_size, params.min_count
+    if hi <= 0 or count < 2 or lo > hi: return False
+    for k in range(lo, hi + 1):
+        if k * count > len(token_ids): return False  # longer patterns need even more tokens
+        if _has_repeating_pattern(token_ids, k, count): return True
+    return False
 
 # %% ../../../nbs/05_scheduler.ipynb #ceaf59bb
 def check_stop(request:Request, max_model_len:int) -> bool:
@@ -23,4 +37,6 @@ def check_stop(request:Request, max_model_len:int) -> bool:
         request.status = RequestStatus.FINISHED_STOPPED; return True
     if last in sp.stop_token_ids:
         request.status, request.stop_reason = RequestStatus.FINISHED_STOPPED, last; return True
+    if sp.repetition_detection is not None and check_sequence_repetition(request.output_token_ids, sp.repetition_detection):
+        request.status, request.stop_reason = RequestStatus.FINISHED_REPETITION, "repetition_detected"; return True
     return False

@@ -18,7 +18,7 @@ from ...exceptions import VLLMValidationError
 from ...tool_parsers import check_tool_usage, check_tools
 from typing import Literal
 from pydantic import Field, ValidationError
-from ...sampling_params import StructuredOutputsParams
+from ...sampling_params import StructuredOutputsParams, RepetitionDetectionParams
 from ...structured_output import validate_structured_output
 
 # %% auto #0
@@ -156,6 +156,7 @@ class SamplingFields(OpenAIBaseModel):
     return_tokens_as_token_ids: bool|None = None  # vLLM: logprob tokens as "token_id:N"
     response_format: dict[str, Any]|None = None     # OpenAI: {"type": "json_object"} or {"type": "json_schema", "json_schema": {...}}
     structured_outputs: dict[str, Any]|None = None  # vLLM: StructuredOutputsParams' fields (regex, choice, grammar, json, ...)
+    repetition_detection: RepetitionDetectionParams|None = None  # vLLM: end a request stuck repeating a pattern
 
     @model_validator(mode="before")
     @classmethod
@@ -353,7 +354,8 @@ def to_sampling_params(req:SamplingFields, max_tokens:int|None, logprobs:int|Non
         max_tokens=max_tokens, min_tokens=req.min_tokens, logprobs=logprobs, prompt_logprobs=req.prompt_logprobs,
         skip_special_tokens=req.skip_special_tokens, spaces_between_special_tokens=req.spaces_between_special_tokens,
         include_stop_str_in_output=req.include_stop_str_in_output, logit_bias=logit_bias_ids(req.logit_bias), allowed_token_ids=req.allowed_token_ids,
-        output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY, structured_outputs=structured_outputs_from_request(req))
+        output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY, structured_outputs=structured_outputs_from_request(req),
+        repetition_detection=req.repetition_detection)
 
 # %% ../../../nbs/42_server.ipynb #f3893cba
 def check_chat_template(req:ChatCompletionRequest, trusted:bool):
