@@ -1,4 +1,4 @@
-"""The decoder-only transformer of the Llama, Qwen2 and Qwen3 families, written in torch for a flat batch, loaded from a local folder
+"""The decoder-only transformer of the Llama, Qwen2, Qwen3 and SmolLM3 families, written in torch for a flat batch, loaded from a local folder
 
 Docs: https://litevllm.github.io/litevllm/models.html.md"""
 
@@ -129,6 +129,8 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
         self.qk_norm = config.model_type == "qwen3"
+        nope = getattr(config, "no_rope_layers", None)  # SmolLM3: 0 where a layer has no rotary embedding (NoPE)
+        self.use_rope = bool(nope[layer_idx]) if nope else True
         if self.qk_norm:
             self.q_norm, self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps), RMSNorm(self.head_dim, config.rms_norm_eps)
 
@@ -139,7 +141,7 @@ class Attention(nn.Module):
         k = k.view(T, self.num_kv_heads, self.head_dim)  # (tokens, kv_heads, head_dim)
         v = v.view(T, self.num_kv_heads, self.head_dim)
         if self.qk_norm: q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rope(cos_sin, q, k)
+        if self.use_rope: q, k = self.rope(cos_sin, q, k)
         o = attn(self.layer_idx, q, k, v)                # (tokens, heads, head_dim)
         return self.o_proj(o.reshape(T, self.q_size))
 
@@ -177,7 +179,7 @@ class DecoderLayer(nn.Module):
 
 # %% ../../nbs/06_models.ipynb #bf4d442c
 class LlamaForCausalLM(nn.Module):
-    "Llama / Qwen2 / Qwen3 decoder over a flat batch of tokens."
+    "Llama / Qwen2 / Qwen3 / SmolLM3 decoder over a flat batch of tokens."
     def __init__(self, config, max_positions:int|None=None):
         super().__init__()
         self.config = config
@@ -258,7 +260,7 @@ def linear_gflops(shapes:list[tuple[int, int]], rows:int, dtype=torch.float32, r
     return out
 
 # %% ../../nbs/06_models.ipynb #5b41a9b9
-SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
+SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "SmolLM3ForCausalLM"}
 _PACKED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
            "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
 
@@ -327,6 +329,8 @@ def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
     archs = getattr(cfg, "architectures", None) or []
     if not any(a in SUPPORTED_ARCHITECTURES for a in archs):
         raise ValueError(f"model architecture {archs} is not supported (supported: {sorted(SUPPORTED_ARCHITECTURES)})")
+    if getattr(cfg, "use_sliding_window", False) and "sliding_attention" in (getattr(cfg, "layer_types", None) or []):
+        raise ValueError("use_sliding_window: sliding-window attention is not supported (the KV cache keeps every position)")
     sharded = tp is not None and tp.world_size > 1
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg, max_positions=vllm_config.max_model_len)
@@ -351,7 +355,7 @@ def ops_platform(vllm_config) -> str:
 
 # %% ../../nbs/06_models.ipynb #b81fbf0b
 def save_random_model(path, model_type:str="llama", seed:int=0, **overrides) -> Path:
-    "Save a small random-weight `model_type` (llama, qwen2, qwen3) model, with the default model's tokenizer, to `path`."
+    "Save a small random-weight `model_type` (llama, qwen2, qwen3, smollm3) model, with the default model's tokenizer, to `path`."
     from transformers import AutoConfig, AutoModelForCausalLM
     from litevllm.config import default_model_path
     base = dict(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
