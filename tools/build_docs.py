@@ -48,6 +48,10 @@ SECTIONS = {'': None, 'kernels': 'Kernels'}
 PARTS = [(0, 19, "Part I: a request's path"), (20, 39, 'Part II: what the engine adds'), (40, 49, 'Part III: serving'),
          (50, 99, 'Benchmarks')]
 SECTION_IN = {'kernels': "Part II: what the engine adds"}  # the kernels open Part II (LoRA's chapter uses its kernel)
+# Notebooks that only start a module whose cells a chapter writes (`05_sched_*`, `42_openai_*`), or keep an old import
+# path (`*_compat`): listed at the end of their part, under one collapsed entry, so the chapters read in a row.
+MODULE_FILES = re.compile(r'^\d+[a-z]?_(sched|openai)_|_compat$')
+MODULE_FILES_TITLE = 'Module files'
 CACHE = ROOT/'.cache'/'docs'
 TASKS_PER_WORKER = 4  # notebooks a worker process runs before a fresh one takes over
 
@@ -513,14 +517,16 @@ def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2,
         for f in CACHE.glob('*.ipynb'):
             if f.name not in keep: f.unlink()
     doc_url = (cfg.get('doc_host') or '').rstrip('/') + (cfg.get('doc_baseurl') or '')
-    nav, sections, parts = [], {}, {}
+    nav, sections, parts, module_files = [], {}, {}, {}
     for (src, site_dir), (_, dst, *_) in zip(nbs, items):
         src_rel = os.path.relpath(src, ROOT)
         title = convert(dst, src_rel, os.path.relpath(dst, docs), pages, doc_url, show_source)
         entry = {title: os.path.relpath(dst, docs).replace(os.sep, '/')}
         if SECTIONS.get(site_dir): sections.setdefault(site_dir, []).append(entry)
         elif (part := part_of(src)) is None: nav.append(entry)
+        elif MODULE_FILES.search(src.stem): module_files.setdefault(part, []).append(entry)
         else: parts.setdefault(part, []).append(entry)
+    for part, entries in module_files.items(): parts.setdefault(part, []).append({MODULE_FILES_TITLE: entries})
     for site_dir, entries in sections.items(): parts.setdefault(SECTION_IN[site_dir], []).insert(0, {SECTIONS[site_dir]: entries})
     nav += [{title: parts[title]} for *_, title in PARTS if title in parts]
     (docs/'assets').mkdir(parents=True, exist_ok=True)
