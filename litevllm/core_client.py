@@ -27,6 +27,8 @@ def multiprocessing_enabled() -> bool:
 
 class EngineCoreClient:
     "The front end's handle on the engine core (vLLM's interface)."
+    mp_clients: dict[str, type] = {}  # "sync", "async": engine cores in processes of their own (registered in Part II)
+
     @staticmethod
     def make_client(vllm_config:VllmConfig, multiprocess_mode:bool, asyncio_mode:bool=False, isolate_failures:bool=False,
                     client_addresses:dict|None=None) -> EngineCoreClient:  # engine cores started elsewhere (Part II's MPClient)
@@ -35,7 +37,6 @@ class EngineCoreClient:
                 raise ValueError("data_parallel_size > 1 needs the engine cores in processes of their own (VLLM_ENABLE_V1_MULTIPROCESSING=1)")
             return InprocClient(vllm_config, isolate_failures)
         return EngineCoreClient.mp_clients["async" if asyncio_mode else "sync"](vllm_config, isolate_failures or asyncio_mode, client_addresses)
-    mp_clients: dict[str, type] = {}  # "sync", "async": engine cores in processes of their own (registered in Part II)
 
     multiprocess: bool = False
     isolate_failures: bool = False  # a failing step fails its requests only (see engine_core)

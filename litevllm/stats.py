@@ -59,7 +59,7 @@ class SchedulerStats:
 @dataclass
 class FinishedRequestStats:
     "The numbers of one request that just finished."
-    finish_reason: str           # stop | length | abort | error
+    finish_reason: str           # stop | length | abort | error | repetition
     e2e_latency: float = 0.0     # seconds from arrival to finish
     num_prompt_tokens: int = 0
     num_generation_tokens: int = 0
