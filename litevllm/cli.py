@@ -257,6 +257,10 @@ _VLLM_REFUSED = {  # why -> flags: not added, argparse refuses them
         --aux-output-config --watermark-config --structured-outputs-config --logits-processors""",
     'custom code (plugins, classes): not supported': """
         --io-processor-plugin --scheduler-cls --worker-cls --worker-extension-cls --middleware""",
+}
+
+# %% ../nbs/40_cli.ipynb #e7b632c0
+_VLLM_REFUSED |= {  # the serving and deployment ones
     'server setup litevllm does not have (gRPC, Unix sockets, config files, proxies, endpoint sets)': """
         --config --grpc/t --grpc-port --uds --root-path --tokens-only/b --enable-scale-out/b
         --enable-request-id-headers/b --disable-fastapi-docs/b""",

@@ -95,24 +95,33 @@ class ReasoningParser:
     @property
     def reasoning_end_str(self) -> str|None: return self.end_token
 
+    # what each parser must answer
     def is_reasoning_end(self, input_ids:Sequence[int]) -> bool: raise NotImplementedError
-    def is_reasoning_end_streaming(self, input_ids:Sequence[int], delta_ids:Sequence[int]) -> bool:
-        "Has the reasoning ended, now that `delta_ids` (the last tokens of `input_ids`) came? By default: asked of the whole run."
-        return self.is_reasoning_end(input_ids)
     def extract_content_ids(self, input_ids:list[int]) -> list[int]: raise NotImplementedError
-    def find_reasoning_end(self, token_ids:Sequence[int]) -> ReasoningEnd|None:
-        "The first end token in `token_ids`, where its id alone tells (None: ask `is_reasoning_end_streaming`)."
-        return None
-    def count_reasoning_tokens(self, token_ids:Sequence[int]) -> int: return 0
     def extract_reasoning(self, model_output:str, request=None) -> tuple[str|None, str|None]: raise NotImplementedError
     def extract_reasoning_streaming(self, previous_text:str, current_text:str, delta_text:str, previous_token_ids:Sequence[int],
                                     current_token_ids:Sequence[int], delta_token_ids:Sequence[int]) -> DeltaMessage|None:
         raise NotImplementedError
-    def finish_streaming(self) -> DeltaMessage|None:
-        "The text the parser still holds back when the stream ends (None: nothing)."
-        return None
-    def has_engine_confirmed_reasoning_end(self) -> bool: return False
-    def adjust_request(self, request): return request
+
+# %% ../nbs/20_reasoning.ipynb #a79c8d54
+@patch
+def is_reasoning_end_streaming(self:ReasoningParser, input_ids:Sequence[int], delta_ids:Sequence[int]) -> bool:
+    "Has the reasoning ended, now that `delta_ids` (the last tokens of `input_ids`) came? By default: asked of the whole run."
+    return self.is_reasoning_end(input_ids)
+@patch
+def find_reasoning_end(self:ReasoningParser, token_ids:Sequence[int]) -> ReasoningEnd|None:
+    "The first end token in `token_ids`, where its id alone tells (None: ask `is_reasoning_end_streaming`)."
+    return None
+@patch
+def count_reasoning_tokens(self:ReasoningParser, token_ids:Sequence[int]) -> int: return 0
+@patch
+def finish_streaming(self:ReasoningParser) -> DeltaMessage|None:
+    "The text the parser still holds back when the stream ends (None: nothing)."
+    return None
+@patch
+def has_engine_confirmed_reasoning_end(self:ReasoningParser) -> bool: return False
+@patch
+def adjust_request(self:ReasoningParser, request): return request
 
 # %% ../nbs/20_reasoning.ipynb #efb333fe
 @patch

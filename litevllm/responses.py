@@ -398,6 +398,7 @@ def close(self:ResponseEvents) -> list[dict]:
     self.kind = self.item = None
     return evs
 
+# %% ../nbs/43_responses.ipynb #ea704995
 @patch
 def feed(self:ResponseEvents, dm:DeltaMessage, logprobs:list|None=None) -> list[dict]:
     "The events of one parser delta: its reasoning, its content, then its tool calls (by index), each in its own item."

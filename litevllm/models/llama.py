@@ -420,6 +420,7 @@ class ColumnParallelLinear(nn.Module):
         if _full_shape(loaded) != want: raise ValueError(f"shape {_full_shape(loaded)}, expected {want}")
         getattr(self.linear, name).data.narrow(0, self.offsets[shard_id], e - s).copy_(loaded[s:e])
 
+# %% ../../nbs/06_models.ipynb #abe01243
 class MergedColumnParallelLinear(ColumnParallelLinear):
     "gate and up stacked: each split over the ranks the same way."
     def __init__(self, in_features:int, sizes:list[int], bias:bool=False, tp:GroupCoordinator|None=None):
