@@ -62,6 +62,11 @@ def test_cli_latency(tiny, tmp_path):
     rows = json.loads(out.read_text())["results"]
     assert [(r["batch"], r["prompt_len"]) for r in rows] == [(1, 4), (1, 12), (2, 4), (2, 12)]
     assert all(r["ttft_ms"] > 0 and r["tpot_ms"] > 0 for r in rows)
+    # one request against the bandwidth limit: only the batch-1 rows, from the measured bandwidth and the tiny model's bytes
+    report = json.loads(out.read_text())["settings"]
+    assert report["read_bandwidth_gbs"] > 0.5 and report["decode_weight_bytes"] > 0
+    assert [("of_bw_limit" in r) for r in rows] == [True, True, False, False]
+    assert all(abs(r["of_bw_limit"] - r["decode_tok_s"] / r["bw_limit_tok_s"]) < 1e-9 for r in rows[:2])
 
 
 def test_cli_kernels_without_cuda(capsys):

@@ -15,7 +15,8 @@ from .datasets import *
 
 # %% auto #0
 __all__ = ['LATENCY_WORKLOADS', 'LATENCY_COLS', 'collect_spec_stats', 'spec_summary', 'latency_summary', 'measure_latency',
-           'bench_latency', 'cmd_latency', 'add_latency_args']
+           'bench_latency', 'decode_weight_bytes', 'read_bandwidth_gbs', 'add_bandwidth_limit', 'cmd_latency',
+           'add_latency_args']
 
 # %% ../../nbs/50d_bench_latency.ipynb #9747d2fd
 def _add_spec(total:dict, s) -> dict:
@@ -93,7 +94,8 @@ def measure_latency(llm, prompts:list[list[int]], max_tokens:int=32, temperature
 # %% ../../nbs/50d_bench_latency.ipynb #5c4a54af
 LATENCY_WORKLOADS = ("random", "copy")
 LATENCY_COLS = ["workload", "batch", "num_prompts", "prompt_len", "output_len", "output_tokens", "ttft_ms", "ttft_median_ms", "tpot_ms",
-                "tpot_median_ms", "output_tok_s", "engine_ttft_ms", "acceptance_length", "acceptance_rate"]
+                "tpot_median_ms", "output_tok_s", "engine_ttft_ms", "acceptance_length", "acceptance_rate",
+                "decode_tok_s", "bw_limit_tok_s", "of_bw_limit"]  # the last three: one request against the bandwidth limit
 
 def bench_latency(llm, prompt_lens=(32, 128, 512), batch_sizes=(1, 8), output_len:int=32, seed:int=0, warmup:bool=True,
                   workload:str="random") -> list[dict]:
@@ -111,6 +113,34 @@ def bench_latency(llm, prompt_lens=(32, 128, 512), batch_sizes=(1, 8), output_le
             llm.reset_prefix_cache()
     return rows
 
+# %% ../../nbs/50d_bench_latency.ipynb #75afa367
+def decode_weight_bytes(hf_config, dtype) -> int:
+    "Bytes of weights one decode step reads: every parameter at `dtype`, the LM head whole, the embedding not (one row a token)."
+    import torch
+    from litevllm.models.llama import LlamaForCausalLM
+    with torch.device("meta"): m = LlamaForCausalLM(hf_config)
+    n = sum(p.numel() for p in m.parameters())  # a tied LM head is the embedding: counted once, read whole
+    if m.lm_head.weight is not m.embed_tokens.weight: n -= m.embed_tokens.weight.numel()  # untied: the embedding's row only
+    return n * torch.empty((), dtype=dtype).element_size()
+
+def read_bandwidth_gbs(nbytes:int=512 * 2**20, reps:int=5) -> float:
+    "The machine's read bandwidth as torch sees it (GB/s): the best of `reps` sums over `nbytes` of float32, with torch's threads."
+    import torch
+    a = torch.ones(nbytes // 4); a.sum()  # touched once: the pages exist before the timing
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter(); a.sum(); best = min(best, time.perf_counter() - t)
+    return nbytes / best / 1e9
+
+# %% ../../nbs/50d_bench_latency.ipynb #cd584c1d
+def add_bandwidth_limit(rows:list[dict], weight_bytes:int, gbs:float) -> list[dict]:
+    "Each one-request row gains `decode_tok_s`, `bw_limit_tok_s` (what `gbs` allows at `weight_bytes` a step) and `of_bw_limit`."
+    limit = gbs * 1e9 / weight_bytes
+    for r in rows:
+        if r.get("batch") == 1 and r.get("tpot_ms"):
+            r.update(decode_tok_s=1e3 / r["tpot_ms"], bw_limit_tok_s=limit, of_bw_limit=1e3 / r["tpot_ms"] / limit)
+    return rows
+
 # %% ../../nbs/50d_bench_latency.ipynb #eadb95cb
 def cmd_latency(ns) -> int:
     from litevllm.attention import kv_prefault
@@ -125,11 +155,16 @@ def _latency(ns) -> int:
     rows = bench_latency(llm, ns.prompt_lens, ns.batch_sizes, out_len, ns.seed, workload=ns.workload)
     for r in rows: r.pop("tokens"); r.pop("token_ids")
     c = llm.llm_engine.vllm_config
+    wb, gbs = decode_weight_bytes(c.hf_config, c.dtype), read_bandwidth_gbs()
+    add_bandwidth_limit(rows, wb, gbs)
     print(f"workload {ns.workload}; model {c.model_path} ({c.dtype}); speculative_config {kw.get('speculative_config')}; "
           f"CPU: {cpu_info()}, {os.cpu_count()} cores")
+    print(f"read bandwidth {gbs:.1f} GB/s (torch: best of 5 sums over 512 MB); a decode step reads {wb / 1e6:.0f} MB of weights: "
+          f"one request decodes at most {gbs * 1e9 / wb:.0f} tok/s here")
     print(format_table(rows, [k for k in LATENCY_COLS if any(r.get(k) is not None for r in rows)]))
     write_report(ns.output_json, "latency", rows, model=str(c.model_path), dtype=str(c.dtype), device=str(c.device),
-                 settings=dict(workload=ns.workload, prompt_lens=ns.prompt_lens, batch_sizes=ns.batch_sizes, output_len=out_len, engine=kw))
+                 settings=dict(workload=ns.workload, prompt_lens=ns.prompt_lens, batch_sizes=ns.batch_sizes, output_len=out_len, engine=kw,
+                               read_bandwidth_gbs=gbs, decode_weight_bytes=wb))
     return 0
 
 # %% ../../nbs/50d_bench_latency.ipynb #7ec1b902
