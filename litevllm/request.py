@@ -30,6 +30,7 @@ class RequestStatus(enum.IntEnum):
     FINISHED_IGNORED = enum.auto()
     FINISHED_ERROR = enum.auto()   # vLLM's: the request failed in the engine (its grammar did not compile)
     FINISHED_REPETITION = enum.auto()  # vLLM's: its output repeats a pattern (SamplingParams.repetition_detection)
+    WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR = WAITING_FOR_FSM  # vLLM 0.32's name for it: an alias (not a status of its own)
 
     @staticmethod
     def is_finished(status:RequestStatus) -> bool: return status > RequestStatus.PREEMPTED
