@@ -22,8 +22,8 @@ logger = logging.getLogger("litevllm")
 # %% auto #0
 __all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'PLUGIN_GROUP', 'EngineArgs', 'default_gguf_path',
            'convert_gguf_to_hf', 'default_model_path', 'resolve_model', 'ParallelConfig', 'SpeculativeConfig',
-           'VllmConfig', 'get_head_size', 'cpu_attention_unsupported', 'resolve_attention_backend',
-           'load_general_plugins']
+           'VllmConfig', 'check_no_sliding_window', 'get_head_size', 'cpu_attention_unsupported',
+           'resolve_attention_backend', 'load_general_plugins']
 
 # %% ../nbs/00b_config.ipynb #bb528d3b
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -266,6 +266,17 @@ class VllmConfig:
         if name != "args" and name in EngineArgs.field_names(): return getattr(self.args, name)
         raise AttributeError(name)
 
+# %% ../nbs/00b_config.ipynb #0304233b
+def check_no_sliding_window(cfg, max_model_len:int):
+    "ValueError naming the field if a layer would attend through a window shorter than `max_model_len` (not supported yet)."
+    if getattr(cfg, "use_sliding_window", True) is False: return  # Qwen2/Qwen3/SmolLM3: a window only when switched on
+    sw, types = getattr(cfg, "sliding_window", None), getattr(cfg, "layer_types", None)
+    if types is not None and "sliding_attention" not in types: return
+    if sw and sw < max_model_len:  # a window as long as the context is full attention (Mistral's 4096 with max_model_len <= 4096)
+        raise ValueError(f"sliding_window: the model attends through a window of {sw} tokens, which litevllm does not support yet; "
+                         f"pass max_model_len <= {sw} (the window then covers every position)")
+
+
 # %% ../nbs/00b_config.ipynb #3918466c
 @patch
 def create_engine_config(self:EngineArgs, usage_context:str|None=None) -> VllmConfig:
@@ -279,6 +290,7 @@ def create_engine_config(self:EngineArgs, usage_context:str|None=None) -> VllmCo
     max_model_len = self.max_model_len or max_pos
     if max_model_len > max_pos:
         raise ValueError(f"max_model_len ({max_model_len}) is larger than the model's max_position_embeddings ({max_pos})")
+    check_no_sliding_window(hf_config, max_model_len)
     if self.max_num_batched_tokens is not None: budget = self.max_num_batched_tokens
     elif not self.enable_chunked_prefill: budget = max(max_model_len, 2048)
     elif device.type == "cpu" and str(usage_context).lower().endswith("openai_api_server"):

@@ -80,6 +80,7 @@ def test_chat_and_text(default_model):
     ("qwen2", dict(num_key_value_heads=1)),                                   # qkv bias, MQA
     ("qwen3", dict(num_key_value_heads=2, tie_word_embeddings=False)),        # q/k norms
     ("smollm3", dict(num_hidden_layers=4, no_rope_layers=[1, 1, 1, 0])),       # NoPE on every 4th layer
+    ("mistral", dict(num_key_value_heads=1, sliding_window=4096)),            # a window longer than the context: full attention
 ])
 def test_random_models_match_transformers(tmp_path, model_type, overrides):
     path = save_random_model(tmp_path / model_type, model_type, **overrides)

@@ -179,7 +179,7 @@ class DecoderLayer(nn.Module):
 
 # %% ../../nbs/06_models.ipynb #bf4d442c
 class LlamaForCausalLM(nn.Module):
-    "Llama / Qwen2 / Qwen3 / SmolLM3 decoder over a flat batch of tokens."
+    "Llama / Mistral / Qwen2 / Qwen3 / SmolLM3 decoder over a flat batch of tokens."
     def __init__(self, config, max_positions:int|None=None):
         super().__init__()
         self.config = config
@@ -260,7 +260,7 @@ def linear_gflops(shapes:list[tuple[int, int]], rows:int, dtype=torch.float32, r
     return out
 
 # %% ../../nbs/06_models.ipynb #5b41a9b9
-SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "SmolLM3ForCausalLM"}
+SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "SmolLM3ForCausalLM"}
 _PACKED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
            "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
 
@@ -329,8 +329,6 @@ def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
     archs = getattr(cfg, "architectures", None) or []
     if not any(a in SUPPORTED_ARCHITECTURES for a in archs):
         raise ValueError(f"model architecture {archs} is not supported (supported: {sorted(SUPPORTED_ARCHITECTURES)})")
-    if getattr(cfg, "use_sliding_window", False) and "sliding_attention" in (getattr(cfg, "layer_types", None) or []):
-        raise ValueError("use_sliding_window: sliding-window attention is not supported (the KV cache keeps every position)")
     sharded = tp is not None and tp.world_size > 1
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg, max_positions=vllm_config.max_model_len)
@@ -355,7 +353,7 @@ def ops_platform(vllm_config) -> str:
 
 # %% ../../nbs/06_models.ipynb #b81fbf0b
 def save_random_model(path, model_type:str="llama", seed:int=0, **overrides) -> Path:
-    "Save a small random-weight `model_type` (llama, qwen2, qwen3, smollm3) model, with the default model's tokenizer, to `path`."
+    "Save a small random-weight `model_type` (llama, mistral, qwen2, qwen3, smollm3) model, with the default model's tokenizer, to `path`."
     from transformers import AutoConfig, AutoModelForCausalLM
     from litevllm.config import default_model_path
     base = dict(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
