@@ -270,7 +270,7 @@ class AsyncMPClient(MPClient):
     async def call_utility_async(self, method:str, *args): return await asyncio.to_thread(self.call_utility, method, *args)
 
 # %% ../nbs/24_engine_core_process.ipynb #76b1f789
-EngineCoreClient.mp_clients.update(sync=SyncMPClient, **{"async": AsyncMPClient})  # what make_client(multiprocess_mode=True) builds
+EngineCoreClient.mp_clients |= {"sync": SyncMPClient, "async": AsyncMPClient}
 
 # %% ../nbs/24_engine_core_process.ipynb #91fe6647
 class ProcEngineManager:
