@@ -20,10 +20,10 @@ from .platforms import cache_dir, cdiv
 logger = logging.getLogger("litevllm")
 
 # %% auto #0
-__all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'PLUGIN_GROUP', 'EngineArgs', 'default_gguf_path',
-           'convert_gguf_to_hf', 'default_model_path', 'resolve_model', 'ParallelConfig', 'SpeculativeConfig',
-           'VllmConfig', 'check_no_sliding_window', 'get_head_size', 'cpu_attention_unsupported',
-           'resolve_attention_backend', 'load_general_plugins']
+__all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'KV_ROLES', 'KV_PRODUCERS', 'KV_CONSUMERS', 'PLUGIN_GROUP',
+           'EngineArgs', 'default_gguf_path', 'convert_gguf_to_hf', 'default_model_path', 'resolve_model',
+           'ParallelConfig', 'SpeculativeConfig', 'KVTransferConfig', 'VllmConfig', 'check_no_sliding_window',
+           'get_head_size', 'cpu_attention_unsupported', 'resolve_attention_backend', 'load_general_plugins']
 
 # %% ../nbs/00b_config.ipynb #bb528d3b
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -54,6 +54,8 @@ class EngineArgs:
     data_parallel_backend: str = "mp"      # mp: engine-core processes on this machine | ray: Ray actors, on any node of a Ray cluster
     max_logprobs: int = 20                 # the largest `logprobs` / `prompt_logprobs` a request may ask for
     enable_prompt_embeds: bool = False     # accept {"prompt_embeds": tensor} prompts: (tokens, hidden_size) input embeddings in place of ids
+    kv_transfer_config: dict|None = None   # a KV connector: {"kv_connector": "ExampleConnector", "kv_role": "kv_both", ...} or a KVTransferConfig
+    kv_offloading_size: float|None = None  # GiB of CPU memory for KV blocks evicted from the cache (vLLM's; sets up the OffloadingConnector)
     speculative_config: dict|None = None   # speculative decoding: {"method": "ngram" | "draft_model", "num_speculative_tokens": k, ...} (SpeculativeConfig)
     enable_lora: bool = False              # serve LoRA adapters (a request names one with lora_request=LoRARequest(...))
     max_loras: int = 1                     # distinct adapters in one step (device slots)
@@ -99,6 +101,9 @@ def _verify(self:EngineArgs):
     check(self.reasoning_parser is None or isinstance(self.reasoning_parser, str), "reasoning_parser", "must be a reasoning parser's name")
     check(self.speculative_config is None or isinstance(self.speculative_config, dict), "speculative_config",
           "must be a dict (e.g. {'method': 'ngram', 'num_speculative_tokens': 3})")
+    check(self.kv_transfer_config is None or isinstance(self.kv_transfer_config, (dict, KVTransferConfig)), "kv_transfer_config",
+          "must be a dict or a KVTransferConfig (e.g. {'kv_connector': 'ExampleConnector', 'kv_role': 'kv_both'})")
+    check(self.kv_offloading_size is None or self.kv_offloading_size > 0, "kv_offloading_size", "must be > 0 (GiB)")
     check(self.max_logprobs >= -1, "max_logprobs", "must be >= 0, or -1 (no limit: the whole vocabulary)")
     check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device", "must be auto, cpu or cuda")
     check(self.attention_backend in ("auto", "cpu", "sdpa", "torch", "triton"), "attention_backend", "must be auto, cpu, sdpa, torch or triton")
@@ -247,6 +252,61 @@ def _check_draft(model:str, target_hf_config, target_tokenizer, bad):
             bad("model", "has a tokenizer that differs from the target model's", model)
     return hf
 
+# %% ../nbs/00b_config.ipynb #931234af
+KV_ROLES, KV_PRODUCERS, KV_CONSUMERS = ("kv_producer", "kv_consumer", "kv_both"), ("kv_producer", "kv_both"), ("kv_consumer", "kv_both")
+
+@dataclass
+class KVTransferConfig:
+    "Where KV blocks go beyond this engine's cache (vLLM's names and checks)."
+    kv_connector: str|None = None          # ExampleConnector | OffloadingConnector (or a class in kv_connector_module_path)
+    engine_id: str|None = None             # default: a fresh uuid
+    kv_role: str|None = None               # kv_producer | kv_consumer | kv_both
+    kv_connector_extra_config: dict = field(default_factory=dict)  # the connector's own settings (ExampleConnector: shared_storage_path)
+    kv_connector_module_path: str|None = None  # a module to find kv_connector in (a connector of your own)
+    kv_load_failure_policy: str = "fail"   # a block that failed to load: fail the request (vLLM's default) | recompute it
+    kv_buffer_device: str = "cpu"          # accepted for vLLM compatibility
+    kv_port: int = 14579                   # accepted for vLLM compatibility
+
+    def __post_init__(self):
+        import uuid
+        if self.engine_id is None: self.engine_id = str(uuid.uuid4())
+        if self.kv_role is not None and self.kv_role not in KV_ROLES:
+            raise ValueError(f"kv_role must be one of {', '.join(KV_ROLES)}, got {self.kv_role!r}")
+        if self.kv_connector is not None and self.kv_role is None:
+            raise ValueError(f"kv_role must be given when kv_connector is set ({', '.join(KV_ROLES)})")
+        if self.kv_load_failure_policy not in ("fail", "recompute"):
+            raise ValueError(f"kv_load_failure_policy must be 'fail' or 'recompute', got {self.kv_load_failure_policy!r}")
+
+    @property
+    def is_kv_transfer_instance(self) -> bool: return self.kv_connector is not None and self.kv_role in KV_ROLES
+    @property
+    def is_kv_producer(self) -> bool: return self.kv_connector is not None and self.kv_role in KV_PRODUCERS
+    @property
+    def is_kv_consumer(self) -> bool: return self.kv_connector is not None and self.kv_role in KV_CONSUMERS
+    def get_from_extra_config(self, key, default): return self.kv_connector_extra_config.get(key, default)
+
+# %% ../nbs/00b_config.ipynb #2d1133a6
+@patch(cls_method=True)
+def resolve(cls:KVTransferConfig, args:EngineArgs) -> KVTransferConfig|None:
+    "The engine's KV transfer config from `kv_transfer_config` and `kv_offloading_size` (None: no connector)."
+    kt = args.kv_transfer_config
+    if isinstance(kt, dict):
+        names = [f.name for f in fields(cls)]
+        if bad := [k for k in kt if k not in names]:
+            raise ValueError(f"kv_transfer_config: unknown key {bad[0]!r} (known: {', '.join(names)})")
+        kt = cls(**kt)
+    elif kt is not None: kt = cls(**asdict(kt))  # a copy: the engine fills in what it decides
+    if args.kv_offloading_size is not None:  # vLLM: the native backend is the OffloadingConnector, both ways
+        kt = kt or cls()
+        if kt.kv_connector not in (None, "OffloadingConnector"):
+            raise ValueError(f"kv_offloading_size sets up the OffloadingConnector; kv_transfer_config already names {kt.kv_connector!r}")
+        kt.kv_connector, kt.kv_role = "OffloadingConnector", "kv_both"
+        kt.kv_connector_extra_config = {**kt.kv_connector_extra_config, "cpu_bytes_to_use": int(args.kv_offloading_size * (1 << 30))}
+    if kt is not None and not kt.is_kv_transfer_instance: return None
+    if kt is not None and args.tensor_parallel_size > 1:
+        raise ValueError("kv_transfer_config: a KV connector with tensor_parallel_size > 1 is not supported yet (each rank holds a shard of the heads)")
+    return kt
+
 # %% ../nbs/00b_config.ipynb #303d6655
 @dataclass
 class VllmConfig:
@@ -261,6 +321,7 @@ class VllmConfig:
     attention_backend: str
     parallel_config: ParallelConfig = field(default_factory=lambda: ParallelConfig())  # how the model is split across ranks
     speculative_config: SpeculativeConfig|None = None  # speculative decoding, checked (None: off)
+    kv_transfer_config: KVTransferConfig|None = None   # the KV connector's settings (None: none)
 
     def __getattr__(self, name):  # engine options are read through: cfg.block_size, cfg.max_num_seqs, ...
         if name != "args" and name in EngineArgs.field_names(): return getattr(self.args, name)
@@ -304,7 +365,7 @@ def create_engine_config(self:EngineArgs, usage_context:str|None=None) -> VllmCo
     logger.info("dtype %s (asked: %s), device %s, attention backend %s", str(dtype).removeprefix("torch."), self.dtype, device, backend)
     parallel = ParallelConfig.resolve(self, hf_config)
     spec = SpeculativeConfig.from_dict(self.speculative_config, hf_config, self.tokenizer or path, self.tensor_parallel_size)
-    return VllmConfig(self, path, hf_config, device, dtype, max_model_len, budget, backend, parallel, spec)
+    return VllmConfig(self, path, hf_config, device, dtype, max_model_len, budget, backend, parallel, spec, KVTransferConfig.resolve(self))
 
 # %% ../nbs/00b_config.ipynb #b98708e5
 def get_head_size(hf_config) -> int:

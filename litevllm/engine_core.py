@@ -58,8 +58,8 @@ def step(self:EngineCore) -> list[EngineCoreOutput]:
         return self.fail_step(so, e)
     t2 = time.perf_counter()
     outputs = self.scheduler.update_from_output(so, out)
-    if not so.total_num_scheduled_tokens and self.scheduler.waiting:
-        time.sleep(0.001)  # nothing ran (grammars still compiling): leave the CPU to the compile threads, don't spin
+    if not so.total_num_scheduled_tokens:
+        time.sleep(0.001)  # nothing ran (grammars compiling, KV loading or saving: Part II): leave the CPU to their threads, don't spin
     elif self.record_step_timings:
         rt = self.model_executor.timings
         self.step_timings.append(dict(schedule=t1 - t0, prepare=rt.get("prepare", 0.0), forward=rt.get("forward", 0.0),

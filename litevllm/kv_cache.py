@@ -217,11 +217,13 @@ def get_computed_blocks(self:KVCacheManager, request:Request) -> tuple[list[KVCa
 def allocate_slots(self:KVCacheManager, request:Request, num_new_tokens:int, num_new_computed_tokens:int=0,
                    new_computed_blocks:list[KVCacheBlock]|None=None,
                    num_lookahead_tokens:int=0,  # slots beyond this step's tokens (a draft model writes its proposals there)
+                   num_external_computed_tokens:int=0,  # tokens a KV connector loads into new blocks (Part II)
+                   delay_cache_blocks:bool=False,       # True: an asynchronous load fills them later; cached once it has (Part II)
                    ) -> list[KVCacheBlock]|None:
     "Blocks for `num_new_tokens` more tokens (after a prefix hit, if given); None, touching nothing, if the pool cannot."
     new_computed_blocks = new_computed_blocks or []
     req_blocks = self.req_to_blocks[request.request_id]
-    num_computed = request.num_computed_tokens + num_new_computed_tokens
+    num_computed = request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens
     num_required = cdiv(num_computed + num_new_tokens + num_lookahead_tokens, self.block_size)
     num_new_blocks = max(0, num_required - len(req_blocks) - len(new_computed_blocks))
     # hit blocks with ref_cnt 0 sit in the free queue: taking them shrinks what is left for new blocks
@@ -235,14 +237,20 @@ def allocate_slots(self:KVCacheManager, request:Request, num_new_tokens:int, num
         self.num_cached_block[request.request_id] = len(req_blocks)
     new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
     req_blocks.extend(new_blocks)
-    if self.enable_caching:  # every block this step fills becomes findable (its tokens are all known already)...
-        # ...but never from draft tokens (speculative decoding): they may be rejected, so only known tokens count
-        num_full = min(num_computed + num_new_tokens, request.num_tokens) // self.block_size
-        hashes = update_block_hashes(request, self.block_size)
-        start = self.num_cached_block.get(request.request_id, 0)
-        self.block_pool.cache_full_blocks(req_blocks, hashes, start, num_full)
-        self.num_cached_block[request.request_id] = max(start, num_full)
+    if not delay_cache_blocks: self.cache_blocks(request, num_computed + num_new_tokens)
     return new_blocks
+
+@patch
+def cache_blocks(self:KVCacheManager, request:Request, num_computed_tokens:int):
+    "Make the request's full blocks up to `num_computed_tokens` findable by their hashes (with prefix caching on)."
+    if not self.enable_caching: return
+    # every block this step fills becomes findable (its tokens are all known already), but never from draft
+    # tokens (speculative decoding): they may be rejected, so only known tokens count
+    num_full = min(num_computed_tokens, request.num_tokens) // self.block_size
+    hashes = update_block_hashes(request, self.block_size)
+    start = self.num_cached_block.get(request.request_id, 0)
+    self.block_pool.cache_full_blocks(self.req_to_blocks[request.request_id], hashes, start, num_full)
+    self.num_cached_block[request.request_id] = max(start, num_full)
 
 # %% ../nbs/04_kv_cache.ipynb #820db640
 def _kv_rows(m:KVCacheManager, per_row:int):

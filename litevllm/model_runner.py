@@ -50,6 +50,7 @@ class ModelRunnerOutput:
     logprobs: LogprobsTensors|None = None  # one row per sampled token, requests in order
     prompt_logprobs_dict: dict[str, LogprobsTensors] = field(default_factory=dict)
     spec_token_ids: dict[str, list[int]] = field(default_factory=dict)  # request id -> drafts proposed for its next step
+    kv_connector_output: object = None  # a KV connector's news: loads and saves that finished, blocks that failed to load (Part II)
 
 EMPTY_MODEL_RUNNER_OUTPUT = ModelRunnerOutput([], {}, [])
 
@@ -74,6 +75,7 @@ class ModelRunner:
         self.attn = get_attention_backend(c.attention_backend, self.kv_caches, c.block_size, head_dim ** -0.5)
         self.sampler = Sampler(torch.Generator(device=c.device).manual_seed(c.seed))
         self._init_drafter()  # Part II: the proposer of drafts, and the sampler that checks them
+        self._init_kv_connector()  # Part II: the KV connector's worker side, given the caches
         self.requests: dict[str, CachedRequestState] = {}
         self.timings: dict[str, float] = {}   # seconds of the last step: prepare, forward, sample
         self.capture_model()                  # CUDA graphs of the decode step (CUDA, Triton backend, not enforce_eager)
@@ -93,6 +95,12 @@ def _apply_grammar(self:ModelRunner, logits, grammar_output, row_ids): "Part II 
 def _sample_drafts(self:ModelRunner, logits, states, drafts): "Part II (speculative decoding): accepted drafts and one token each."; raise NotImplementedError
 @patch
 def _propose_drafts(self:ModelRunner, so, sample_ids, starts) -> dict: "Part II (speculative decoding): the next step's drafts."; return {}
+@patch
+def _init_kv_connector(self:ModelRunner): "Part II (KV connector): its worker side (self.kv_connector), or None."; self.kv_connector = None
+@patch
+def _start_kv_transfer(self:ModelRunner, so): "Part II (KV connector): start loading this step's external blocks."
+@patch
+def _finish_kv_transfer(self:ModelRunner, so, out:ModelRunnerOutput) -> ModelRunnerOutput: "Part II (KV connector): saves done; `out` with the connector's news."; return out
 
 # %% ../nbs/09_model_runner.ipynb #d4e1a901
 def keep_freed_memory(threshold:int=1 << 30) -> bool:
@@ -119,10 +127,12 @@ def _update_states(self:ModelRunner, so:SchedulerOutput):
         self.requests[r.req_id] = CachedRequestState(r.req_id, r.prompt_token_ids, sp, gen, list(r.block_ids), r.num_computed_tokens,
                                                      r.eos_token_id, prompt_embeds=emb)
     c = so.scheduled_cached_reqs
-    for rid, resumed, blocks, n in zip(c.req_ids, c.resumed_from_preemption, c.new_block_ids, c.num_computed_tokens):
+    for rid, resumed, blocks, n, num_out in zip(c.req_ids, c.resumed_from_preemption, c.new_block_ids, c.num_computed_tokens, c.num_output_tokens):
         st = self.requests[rid]
         st.block_ids = list(blocks) if resumed else st.block_ids + list(blocks)
         st.num_computed_tokens = n
+        if (extra := len(st.output_token_ids) - num_out) > 0:  # tokens the scheduler dropped (a KV load that failed: Part II)
+            del st.output_token_ids[num_out:], st.token_ids[-extra:]
 
 # %% ../nbs/09_model_runner.ipynb #88d1a581
 @dataclass
@@ -211,7 +221,8 @@ def execute_model(self:ModelRunner, so:SchedulerOutput, grammar_output=None) -> 
     t0 = time.perf_counter()
     self._update_states(so)
     self._prepare_lora(so)  # Part II: adapters into slots, each token's slot
-    if not so.total_num_scheduled_tokens: return EMPTY_MODEL_RUNNER_OUTPUT
+    self._start_kv_transfer(so)  # Part II: a KV connector loads this step's external blocks
+    if not so.total_num_scheduled_tokens: return self._finish_kv_transfer(so, EMPTY_MODEL_RUNNER_OUTPUT)
     b = self._prepare_inputs(so)
     self.attn.prepare(b.md)
     t1 = time.perf_counter()
@@ -231,7 +242,8 @@ def execute_model(self:ModelRunner, so:SchedulerOutput, grammar_output=None) -> 
     self.timings = dict(prepare=t1 - t0, forward=t2 - t1, sample=t3 - t2, mask=getattr(self, "_mask_seconds", 0.0),  # Part II: the grammar masks, within sample
                         
                         propose=time.perf_counter() - t3)  # mask: within sample
-    return ModelRunnerOutput(b.sample_ids, {r: i for i, r in enumerate(b.sample_ids)}, tokens, lps, prompt_lps, drafts)
+    out = ModelRunnerOutput(b.sample_ids, {r: i for i, r in enumerate(b.sample_ids)}, tokens, lps, prompt_lps, drafts)
+    return self._finish_kv_transfer(so, out)  # Part II: the KV connector's saves done, and its news
 
 # %% ../nbs/09_model_runner.ipynb #a0164dc6
 @patch
@@ -280,6 +292,7 @@ def capture_model(self:ModelRunner):
     self.cudagraphs, self.cudagraph_sizes, self.capture_seconds = {}, [], 0.0
     if c.enforce_eager or dev.type != "cuda" or self.attn.name != "triton": return
     if c.enable_lora: return  # the LoRA mapping changes every step: not captured (eager with LoRA)
+    if self.kv_connector is not None: return  # a KV connector's calls around each layer are not captured (eager with one)
     if self.tp.world_size > 1: return  # NCCL collectives inside a captured graph: not attempted (eager with tensor parallelism)
     sizes = sorted(set(c.cudagraph_capture_sizes or default_capture_sizes(c.max_num_seqs)))
     N, max_blocks = sizes[-1], cdiv(c.max_model_len, c.block_size)

@@ -60,9 +60,9 @@ _FINISHED = {_S.FINISHED_STOPPED, _S.FINISHED_LENGTH_CAPPED, _S.FINISHED_ABORTED
 LEGAL_TRANSITIONS: dict[RequestStatus, set[RequestStatus]] = {
     _S.WAITING: {_S.RUNNING, _S.WAITING_FOR_FSM, _S.WAITING_FOR_REMOTE_KVS, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED},
     _S.WAITING_FOR_FSM: {_S.WAITING, _S.FINISHED_ABORTED, _S.FINISHED_ERROR},
-    _S.WAITING_FOR_REMOTE_KVS: {_S.WAITING, _S.FINISHED_ABORTED},
+    _S.WAITING_FOR_REMOTE_KVS: {_S.WAITING, _S.PREEMPTED, _S.FINISHED_ABORTED, _S.FINISHED_ERROR},
     _S.RUNNING: {_S.PREEMPTED} | _FINISHED - {_S.FINISHED_IGNORED},
-    _S.PREEMPTED: {_S.RUNNING, _S.FINISHED_ABORTED},
+    _S.PREEMPTED: {_S.RUNNING, _S.WAITING_FOR_REMOTE_KVS, _S.FINISHED_ABORTED},
     **{s: set() for s in _FINISHED},
 }
 
@@ -72,8 +72,8 @@ _EDGE_LABELS = {(_S.WAITING, _S.RUNNING): "scheduled", (_S.RUNNING, _S.PREEMPTED
                 (_S.RUNNING, _S.FINISHED_LENGTH_CAPPED): "max_tokens, max_model_len", (_S.WAITING, _S.FINISHED_IGNORED): "can never fit",
                 (_S.RUNNING, _S.FINISHED_REPETITION): "output repeats a pattern",
                 (_S.WAITING_FOR_REMOTE_KVS, _S.WAITING): "KV blocks arrived"}
-# mermaid places states in the order it meets them: the grammar detour on top, the common path in the middle, the status
-# this engine never enters last (FINISHED_REPETITION right after RUNNING: placed later, mermaid lays its edge's label
+# mermaid places states in the order it meets them: the grammar detour on top, the common path in the middle, the KV
+# connector's detour last (FINISHED_REPETITION right after RUNNING: placed later, mermaid lays its edge's label
 # over the grammar's "token refused"). No `<br>` in labels: mermaid wraps long ones itself, and the site hands mermaid the
 # diagram's text content, where a `<br>` is lost
 _LAYOUT = [_S.WAITING, _S.WAITING_FOR_FSM, _S.FINISHED_ERROR, _S.RUNNING, _S.FINISHED_REPETITION, _S.PREEMPTED, _S.FINISHED_STOPPED,

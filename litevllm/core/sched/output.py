@@ -34,6 +34,7 @@ class CachedRequestData:
     resumed_from_preemption: list[bool] = field(default_factory=list)
     new_block_ids: list[list[int]] = field(default_factory=list)
     num_computed_tokens: list[int] = field(default_factory=list)
+    num_output_tokens: list[int] = field(default_factory=list)  # the runner drops any output token beyond (a KV load that failed: Part II)
 
 @dataclass
 class SchedulerOutput:
@@ -45,6 +46,7 @@ class SchedulerOutput:
     finished_req_ids: set[str]                  # finished since the last step: the runner drops them
     preempted_req_ids: set[str] = field(default_factory=set)
     scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)  # request id -> its draft tokens this step (speculative decoding)
+    kv_connector_metadata: object = None        # what the KV connector's worker side loads and saves this step (Part II)
 
 # %% ../../../nbs/05_scheduler.ipynb #41a144f5
 @dataclass

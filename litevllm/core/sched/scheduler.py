@@ -48,7 +48,7 @@ def _init_features(self:Scheduler, vllm_config:VllmConfig):
     self.deferred_waiting: set[str] = set()  # waiting requests stepped over, not waiting for capacity (vLLM's name)
     self.num_lookahead_tokens = 0             # slots a scheduled request must hold beyond its tokens
     self.spec_decoding_stats = None           # counts handed out once with the next stats
-    self._init_structured_output(vllm_config); self._init_spec_decode(vllm_config)
+    self._init_structured_output(vllm_config); self._init_spec_decode(vllm_config); self._init_kv_connector(vllm_config)
 
 # %% ../../../nbs/05_scheduler.ipynb #b2663015
 @patch
@@ -73,6 +73,20 @@ def _take_drafts(self:Scheduler, request, model_runner_output): "Part II: the pr
 def _finish_grammar_errors(self:Scheduler) -> list: "Part II: finish the requests whose grammar failed."; return []
 @patch
 def get_grammar_bitmask(self:Scheduler, scheduler_output): "Part II: the step's bitmask rows (vLLM's name); None: no grammar."
+@patch
+def _init_kv_connector(self:Scheduler, vllm_config): "Part II: the KV connector's scheduler side, or None."; self.connector = None
+@patch
+def _skip_for_remote_kvs(self:Scheduler, request) -> bool|None: "Part II: step over a request whose KV is still loading (None: go ahead)."
+@patch
+def _get_external_hit(self:Scheduler, request, num_local:int) -> tuple[int, bool]: "Part II: tokens a KV connector holds beyond the local hit; loaded asynchronously?"; return 0, False
+@patch
+def _connector_allocated(self:Scheduler, request, num_external:int): "Part II: the connector plans the load into the request's new blocks."
+@patch
+def _build_connector_meta(self:Scheduler, scheduler_output): "Part II: what the connector's worker side loads and saves this step."
+@patch
+def _connector_finished(self:Scheduler, request) -> bool: "Part II: True while the connector still reads or writes the finished request's blocks."; return False
+@patch
+def _update_from_kv_output(self:Scheduler, scheduler_output, model_runner_output) -> tuple[set[str], list]: "Part II: loads and saves that ended; the requests whose load failed, and the outputs of those it failed."; return set(), []
 
 # %% ../../../nbs/05_scheduler.ipynb #a28ce33c
 @patch
@@ -86,7 +100,7 @@ def add_request(self:Scheduler, request:Request):
 @patch
 def get_num_unfinished_requests(self:Scheduler) -> int: return len(self.waiting) + len(self.running)
 @patch
-def has_unfinished_requests(self:Scheduler) -> bool: return self.get_num_unfinished_requests() > 0
+def has_unfinished_requests(self:Scheduler) -> bool: return bool(self.requests)  # waiting, running, or finished with blocks a KV connector still saves (Part II)
 
 # %% ../../../nbs/05_scheduler.ipynb #d4024463
 @patch
@@ -110,14 +124,14 @@ class _Step:
     def add_cached(self, request:Request, block_ids:list[int], resumed:bool, num_computed:int):
         c = self.cached
         c.req_ids.append(request.request_id); c.resumed_from_preemption.append(resumed)
-        c.new_block_ids.append(block_ids); c.num_computed_tokens.append(num_computed)
+        c.new_block_ids.append(block_ids); c.num_computed_tokens.append(num_computed); c.num_output_tokens.append(request.num_output_tokens)
 
     def drop_cached(self, rid:str):
         "A request scheduled earlier this step was preempted: take its tokens back."
         self.token_budget += self.num_scheduled.pop(rid)
         self.spec.pop(rid, None)
         j = self.cached.req_ids.index(rid)
-        for name in ("req_ids", "resumed_from_preemption", "new_block_ids", "num_computed_tokens"): getattr(self.cached, name).pop(j)
+        for name in ("req_ids", "resumed_from_preemption", "new_block_ids", "num_computed_tokens", "num_output_tokens"): getattr(self.cached, name).pop(j)
 
 # %% ../../../nbs/05_scheduler.ipynb #2a153b2d
 @patch
@@ -166,6 +180,7 @@ def _schedule_running(self:Scheduler, st:_Step):
 @patch
 def _skip_waiting(self:Scheduler, request:Request, st:_Step) -> bool|None:
     "None: `request` may be admitted; True: step over it, keeping its place; False: take it out of the queue."
+    if (skip := self._skip_for_remote_kvs(request)) is not None: return skip
     if (skip := self._skip_for_grammar(request)) is not None: return skip
     return None if self._lora_fits(request, st) else True
 
@@ -180,23 +195,31 @@ def _schedule_waiting(self:Scheduler, st:_Step):
             self.waiting.pop_request()
             if keep_place: skipped.append(request)
             continue
-        hit_blocks, num_hit = self.kv_cache_manager.get_computed_blocks(request)
-        n = request.num_tokens - num_hit
+        if request.num_computed_tokens == 0:  # look for its prefix: in the cache, then (Part II) in a KV connector's store
+            hit_blocks, num_hit = self.kv_cache_manager.get_computed_blocks(request)
+            num_ext, load_async = self._get_external_hit(request, num_hit)
+        else: hit_blocks, num_hit, num_ext, load_async = [], 0, 0, False  # its KV was loaded while it waited (Part II)
+        num_computed = request.num_computed_tokens + num_hit + num_ext
+        n = 0 if load_async else request.num_tokens - num_computed  # an asynchronous load: blocks now, tokens once it is in
         if st.has_company and 0 < self.long_prefill_token_threshold < n: n = self.long_prefill_token_threshold
         if not self.enable_chunked_prefill and n > st.token_budget: break  # waits; nothing behind it jumps the queue
         n = min(n, st.token_budget)
-        new_blocks = self.kv_cache_manager.allocate_slots(request, n, num_hit, hit_blocks, self.num_lookahead_tokens)
+        new_blocks = self.kv_cache_manager.allocate_slots(request, n, num_hit, hit_blocks, self.num_lookahead_tokens, num_ext, load_async)
         if new_blocks is None: break  # the pool is full: wait for blocks
+        self._connector_allocated(request, num_ext)  # Part II: the connector plans the load
         self.waiting.pop_request()
+        if load_async:  # Part II: it waits, blocks in hand, keeping its place, until the connector says its KV is in
+            request.status, request.num_computed_tokens = RequestStatus.WAITING_FOR_REMOTE_KVS, num_computed
+            skipped.append(request); continue
         self.running.append(request)
         resumed = request.status == RequestStatus.PREEMPTED
         request.status = RequestStatus.RUNNING
-        request.num_computed_tokens = num_hit
-        if request.num_cached_tokens < 0: request.num_cached_tokens = num_hit
+        request.num_computed_tokens = num_computed
+        if request.num_cached_tokens < 0: request.num_cached_tokens = num_computed
         block_ids = self.kv_cache_manager.get_block_ids(request.request_id)
-        if resumed: st.add_cached(request, block_ids, True, num_hit)
+        if resumed: st.add_cached(request, block_ids, True, num_computed)
         else: st.new_reqs.append(NewRequestData(request.request_id, request.prompt_token_ids, request.sampling_params, block_ids,
-                                                num_hit, request.eos_token_id, request.prompt_embeds, request.lora_request))
+                                                num_computed, request.eos_token_id, request.prompt_embeds, request.lora_request))
         st.num_scheduled[request.request_id] = n
         st.token_budget -= n
     for r in reversed(skipped): self.waiting.prepend_request(r)
@@ -210,16 +233,22 @@ def schedule(self:Scheduler) -> SchedulerOutput:
     if not st.preempted: self._schedule_waiting(st)
     for rid, n in st.num_scheduled.items(): self.requests[rid].num_computed_tokens += n
     out = SchedulerOutput(st.new_reqs, st.cached, st.num_scheduled, sum(st.num_scheduled.values()), self.finished_req_ids, st.preempted, st.spec)
+    out.kv_connector_metadata = self._build_connector_meta(out)  # Part II
     self.finished_req_ids = set()
     return out
 
 # %% ../../../nbs/05_scheduler.ipynb #39f4a924
 @patch
 def _free_request(self:Scheduler, request:Request):
-    "Free a finished request's blocks and forget it; the next step tells the runner."
-    self.kv_cache_manager.free(request)
+    "Free a finished request's blocks and forget it (later, if a KV connector still uses them); the next step tells the runner."
+    delay_free_blocks = self._connector_finished(request)  # Part II
     self.finished_req_ids.add(request.request_id)
     self.deferred_waiting.discard(request.request_id)
+    if not delay_free_blocks: self._free_blocks(request)
+
+@patch
+def _free_blocks(self:Scheduler, request:Request):
+    self.kv_cache_manager.free(request)
     del self.requests[request.request_id]
 
 @patch
@@ -228,9 +257,10 @@ def update_from_output(self:Scheduler, scheduler_output:SchedulerOutput, model_r
     outputs, stopped = [], []
     idx, sampled = model_runner_output.req_id_to_index, model_runner_output.sampled_token_ids
     lp_start = np.cumsum([0] + [len(t) for t in sampled])  # logprobs: one row per sampled token, requests in order
+    failed_kv_load, kv_errors = self._update_from_kv_output(scheduler_output, model_runner_output)  # Part II: their tokens are not kept
     for rid, n in scheduler_output.num_scheduled_tokens.items():
         request = self.requests.get(rid)
-        if request is None: continue  # aborted while the step ran
+        if request is None or request.is_finished() or rid in failed_kv_load: continue  # aborted while the step ran
         new_ids, logprobs = [], None
         if rid in idx and (gen := sampled[idx[rid]]):
             self._verify_drafts(request, scheduler_output, len(gen))  # Part II: takes the rejected drafts back
@@ -247,17 +277,17 @@ def update_from_output(self:Scheduler, scheduler_output:SchedulerOutput, model_r
     for request in stopped:
         self.running.remove(request)
         self._free_request(request)
-    return outputs + self._finish_grammar_errors()
+    return outputs + self._finish_grammar_errors() + kv_errors
 
 # %% ../../../nbs/05_scheduler.ipynb #a89cea50
 @patch
 def finish_requests(self:Scheduler, request_ids, finished_status:RequestStatus=RequestStatus.FINISHED_ABORTED):
-    "End requests from outside (abort, a stop string): unknown or finished ids are ignored; blocks are freed at once."
+    "End requests from outside (abort, a stop string): unknown or finished ids are ignored; blocks are freed at once (Part II: unless a KV connector still uses them)."
     if isinstance(request_ids, str): request_ids = [request_ids]
     waiting = []
     for rid in request_ids:
         request = self.requests.get(rid)
-        if request is None: continue
+        if request is None or request.is_finished(): continue  # finished already (its blocks held for a KV connector: Part II)
         if request.status == RequestStatus.RUNNING: self.running.remove(request)
         else: waiting.append(request)
         request.status = finished_status
