@@ -68,7 +68,7 @@ def drop(self:TierIndex, h:int):
 # %% ../nbs/26a_kv_offload.ipynb #420f75ef
 @dataclass
 class OffloadingConnectorMetadata(KVConnectorMetadata):
-    jobs: list[tuple] = field(default_factory=list)  # ("load", rid, [(block_id, where)]), ("store", block_id, slot), ("sent", rid), ("spill", slot, h), ("unlink", h)
+    jobs: list[tuple] = field(default_factory=list)  # ("load", rid, [(block_id, where)]), ("store", [(block_id, slot)]), ("sent", rid), ("spill", slot, h), ("unlink", h)
 
 class OffloadingConnector(KVConnectorBase_V1):
     "Finished requests' blocks kept in CPU memory, then on disk, and loaded back asynchronously (vLLM's OffloadingConnector, plus a disk tier)."
@@ -115,13 +115,16 @@ def request_finished(self:OffloadingConnector, request:Request, block_ids:list[i
     if rid in self._loading: return True, None  # freed once the load that writes them ends
     if request.status == RequestStatus.FINISHED_ERROR: return False, None  # its KV may be what failed: not kept
     n = min(request.num_computed_tokens // self._block_size, len(block_ids))
-    stored = False
+    pending, stored = [], False  # (block id, slot): copies not yet in a job
     for bid, h in zip(block_ids[:n], update_block_hashes(request, self._block_size)[:n]):
         if h.hash_value in self.index: self.index.touch(h.hash_value); continue
         slot, jobs = self.index.put(h.hash_value)
         if slot is None: break
-        self._jobs += jobs + [("store", bid, slot)]; stored = True  # in order: a slot is spilled before it is written again
+        if any(j[0] == "spill" and j[1] in {s for _, s in pending} for j in jobs):  # a slot written by this request...
+            self._jobs.append(("store", pending)); pending = []                     # ...is spilled after it is written
+        self._jobs += jobs; pending.append((bid, slot)); stored = True
     if not stored: return False, None
+    if pending: self._jobs.append(("store", pending))
     self._jobs.append(("sent", rid)); self._sending.add(rid)  # after its stores: the blocks may go
     return True, None
 
@@ -153,22 +156,26 @@ def register_kv_caches(self:OffloadingConnector, kv_caches:dict, layout:str="nhd
 
 # %% ../nbs/26a_kv_offload.ipynb #7e626859
 @patch
-def _block(self:OffloadingConnector, bid:int) -> torch.Tensor: return block_slots([bid], self._block_size, self._block_size)
+def _slots(self:OffloadingConnector, bids:list[int]) -> torch.Tensor: return block_slots(bids, self._block_size, len(bids) * self._block_size)
 @patch
 def _file(self:OffloadingConnector, h:int) -> Path: return self.disk_path/f"{h:032x}.safetensors"
 
 @patch
 def _run_job(self:OffloadingConnector, job:tuple):
     kind = job[0]
-    if kind == "store":
-        for i, layer in enumerate(self.layers): self.cpu_tier[job[2], i] = read_kv_slots(layer, self._block(job[1]), self.kv_layout)
+    if kind == "store":  # per layer, every block at once: (2, n * block_size, ...) -> (n, 2, block_size, ...)
+        bids, slots = zip(*job[1]); n = len(bids)
+        for i, layer in enumerate(self.layers):
+            kv = read_kv_slots(layer, self._slots(bids), self.kv_layout)
+            self.cpu_tier[list(slots), i] = kv.unflatten(1, (n, self._block_size)).transpose(0, 1)
     elif kind == "spill": safetensors.torch.save_file({"kv": self.cpu_tier[job[1]].contiguous()}, self._file(job[2]))
     elif kind == "unlink": self._file(job[1]).unlink(missing_ok=True)
-    elif kind == "load":
-        for bid, (tier, where) in job[2]:
-            kv = self.cpu_tier[where] if tier == "cpu" else safetensors.torch.load_file(self._file(where))["kv"]
-            if kv.shape != self.cpu_tier.shape[1:]: raise ValueError(f"a stored block of shape {tuple(kv.shape)}, expected {tuple(self.cpu_tier.shape[1:])}")
-            for i, layer in enumerate(self.layers): write_kv_slots(layer, self._block(bid), kv[i], self.kv_layout)
+    elif kind == "load":  # every block's copy, (n, layers, 2, block_size, ...), then per layer at once
+        blocks = [self.cpu_tier[where] if tier == "cpu" else safetensors.torch.load_file(self._file(where))["kv"] for _, (tier, where) in job[2]]
+        if bad := [tuple(b.shape) for b in blocks if b.shape != self.cpu_tier.shape[1:]]:
+            raise ValueError(f"a stored block of shape {bad[0]}, expected {tuple(self.cpu_tier.shape[1:])}")
+        kv, slots = torch.stack(blocks), self._slots([bid for bid, _ in job[2]])
+        for i, layer in enumerate(self.layers): write_kv_slots(layer, slots, kv[:, i].transpose(0, 1).flatten(1, 2), self.kv_layout)
 
 # %% ../nbs/26a_kv_offload.ipynb #49dd95d6
 @patch
