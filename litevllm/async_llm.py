@@ -100,7 +100,8 @@ def _run_engine_loop(self:AsyncLLM):
     eng = self.engine
     while True:
         cmds = []
-        if not eng.has_unfinished_requests():  # idle: sleep until a command comes
+        core_idle = not eng.engine_core.multiprocess and not eng.engine_core.has_unfinished_requests()  # (sessions waiting for input: Part II)
+        if not eng.has_unfinished_requests() or core_idle:  # idle: sleep until a command comes
             try: cmds.append(self._commands.get(timeout=1.0))
             except queue.Empty: pass
         while True:
@@ -176,8 +177,11 @@ def _deliver(self:AsyncLLM, batch:list[tuple[str, object]]):
 @patch
 async def generate(self:AsyncLLM, prompt:PromptType, sampling_params:SamplingParams, request_id:str,
                    priority:int=0, arrival_time:float|None=None, lora_request=None) -> AsyncGenerator[RequestOutput, None]:
-    "The RequestOutputs of one request, as the engine makes them."
+    "The RequestOutputs of one request, as the engine makes them (`prompt`: Part II, an async iterator of input chunks)."
     if self.dead_error is not None: raise self.dead_error
+    if hasattr(prompt, "__aiter__"):  # Part II: a streaming-input request, its prompt arriving in chunks
+        async for out in self._generate_streaming_input(prompt, sampling_params, request_id, priority, arrival_time, lora_request): yield out
+        return
     if request_id in self._requests: raise ValueError(f"request_id {request_id!r} is already in use")
     req = self.engine.process_inputs(request_id, prompt, sampling_params, arrival_time, priority, lora_request)
     q: asyncio.Queue = asyncio.Queue()
@@ -195,6 +199,10 @@ async def generate(self:AsyncLLM, prompt:PromptType, sampling_params:SamplingPar
     finally:
         self._requests.pop(request_id, None)
         if not finished: self._command("abort", [request_id])
+
+@patch
+def _generate_streaming_input(self:AsyncLLM, stream, sampling_params, request_id, priority, arrival_time, lora_request):
+    "Part II (streaming input): the outputs of a request whose prompt arrives in chunks."; raise NotImplementedError
 
 @patch
 def _with_beam_steps(self:AsyncLLM, ids:list[str], stop) -> list[str]:

@@ -81,6 +81,7 @@ class EngineCoreRequest:
     cache_salt: str|None = None
     prompt_embeds: torch.Tensor|None = None  # an embeds prompt's (tokens, hidden_size) input embeddings; its ids are placeholders
     lora_request: LoRARequest|None = None    # the adapter it runs with (None: the base model)
+    resumable: bool = False                  # a chunk of a streaming-input session: more input may follow (Part II)
 
 # %% ../nbs/02_inputs.ipynb #4cf67770
 class InputProcessor:

@@ -7,6 +7,7 @@ Docs: https://litevllm.github.io/litevllm/output_processor.html.md"""
 # %% ../nbs/10_output_processor.ipynb #d6e1e001
 from __future__ import annotations
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 from tokenizers.decoders import DecodeStream
@@ -174,6 +175,8 @@ class RequestState:
         self.stats = RequestStateStats(req.arrival_time)
         self.finish_reason = self.stop_reason = None
         self.num_cached_tokens = 0
+        # Part II (streaming input): chunks not yet begun, and where the request stands between its chunks
+        self.input_chunks, self.waiting_for_input, self.input_ended = (deque() if req.resumable else None), False, False
 
     @property
     def text(self) -> str: return self.detok.output_text if self.detok else ""
@@ -287,9 +290,19 @@ class OutputProcessor:
     def has_unfinished_requests(self) -> bool: return bool(self.request_states)
 
     def add_request(self, req:EngineCoreRequest, parent:ParentRequest|None=None, index:int=0, queue=None):
-        if req.request_id in self.request_states: raise ValueError(f"request id {req.request_id} is already running")
+        if req.request_id in self.request_states:
+            if self._add_input_chunk(req): return  # Part II: the next chunk of a streaming-input request
+            raise ValueError(f"request id {req.request_id} is already running")
         self.request_states[req.request_id] = RequestState(req, self.tokenizer, parent, index, queue)
         if parent: self.parent_requests[parent.request_id] = parent
+
+# %% ../nbs/10_output_processor.ipynb #12cca0c1
+@patch
+def _add_input_chunk(self:OutputProcessor, req:EngineCoreRequest) -> bool: "Part II: True if `req` continues a streaming-input request."; return False
+@patch
+def _input_chunk_done(self:OutputProcessor, st:RequestState) -> bool: "Part II: True if a finished `st` only ended a chunk of its input."; return False
+@patch
+def _next_input_chunk(self:OutputProcessor, st:RequestState): "Part II: go on with the next chunk, if it came."
 
 # %% ../nbs/10_output_processor.ipynb #e23125a6
 @patch
@@ -311,7 +324,8 @@ def process_outputs(self:OutputProcessor, outputs:list[EngineCoreOutput]) -> Out
         if st is None: continue  # aborted meanwhile
         if st.update(o) is not None and o.finish_reason is None: to_abort.append(o.request_id)  # still running there
         finished = st.finish_reason is not None
-        if finished: del self.request_states[o.request_id]
+        paused = finished and self._input_chunk_done(st)  # Part II: a streaming-input request waits for its next chunk
+        if finished and not paused: del self.request_states[o.request_id]
         if not o.new_token_ids and not finished: continue  # a prompt chunk's logprobs: kept for the first token's output
         c = st.make_completion()
         if c is None: continue
@@ -321,7 +335,8 @@ def process_outputs(self:OutputProcessor, outputs:list[EngineCoreOutput]) -> Out
             if g is None: continue
             (comps, done), pid = g, st.parent.request_id
             if done: self.parent_requests.pop(pid, None)
-        ro = RequestOutput(pid, st.prompt, st.prompt_token_ids, st.take_prompt_logprobs(), comps, done, st.num_cached_tokens, st.stats)
+        ro = RequestOutput(pid, st.prompt, st.prompt_token_ids, st.take_prompt_logprobs(), comps, done and not paused, st.num_cached_tokens, st.stats)
+        if paused: self._next_input_chunk(st)
         if st.queue is not None: st.queue.put(ro)
         request_outputs.append(ro)
     return OutputProcessorOutput(request_outputs, to_abort)

@@ -21,6 +21,7 @@ class RequestStatus(enum.IntEnum):
     WAITING = enum.auto()
     WAITING_FOR_FSM = enum.auto()
     WAITING_FOR_REMOTE_KVS = enum.auto()
+    WAITING_FOR_STREAMING_REQ = enum.auto()  # a streaming-input session between two chunks of its input (Part II)
     RUNNING = enum.auto()
     PREEMPTED = enum.auto()
     # everything after PREEMPTED is a finished status
@@ -61,7 +62,8 @@ LEGAL_TRANSITIONS: dict[RequestStatus, set[RequestStatus]] = {
     _S.WAITING: {_S.RUNNING, _S.WAITING_FOR_FSM, _S.WAITING_FOR_REMOTE_KVS, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED},
     _S.WAITING_FOR_FSM: {_S.WAITING, _S.FINISHED_ABORTED, _S.FINISHED_ERROR},
     _S.WAITING_FOR_REMOTE_KVS: {_S.WAITING, _S.PREEMPTED, _S.FINISHED_ABORTED, _S.FINISHED_ERROR},
-    _S.RUNNING: {_S.PREEMPTED} | _FINISHED - {_S.FINISHED_IGNORED},
+    _S.WAITING_FOR_STREAMING_REQ: {_S.WAITING, _S.FINISHED_ABORTED},
+    _S.RUNNING: {_S.PREEMPTED, _S.WAITING_FOR_STREAMING_REQ} | _FINISHED - {_S.FINISHED_IGNORED},
     _S.PREEMPTED: {_S.RUNNING, _S.WAITING_FOR_REMOTE_KVS, _S.FINISHED_ABORTED},
     **{s: set() for s in _FINISHED},
 }
@@ -71,13 +73,14 @@ _EDGE_LABELS = {(_S.WAITING, _S.RUNNING): "scheduled", (_S.RUNNING, _S.PREEMPTED
                 (_S.PREEMPTED, _S.RUNNING): "recomputed", (_S.RUNNING, _S.FINISHED_STOPPED): "EOS, stop token, stop string",
                 (_S.RUNNING, _S.FINISHED_LENGTH_CAPPED): "max_tokens, max_model_len", (_S.WAITING, _S.FINISHED_IGNORED): "can never fit",
                 (_S.RUNNING, _S.FINISHED_REPETITION): "output repeats a pattern",
-                (_S.WAITING_FOR_REMOTE_KVS, _S.WAITING): "KV blocks arrived"}
+                (_S.WAITING_FOR_REMOTE_KVS, _S.WAITING): "KV blocks arrived",
+                (_S.RUNNING, _S.WAITING_FOR_STREAMING_REQ): "input chunk done", (_S.WAITING_FOR_STREAMING_REQ, _S.WAITING): "next chunk"}
 # mermaid places states in the order it meets them: the grammar detour on top, the common path in the middle, the KV
-# connector's detour last (FINISHED_REPETITION right after RUNNING: placed later, mermaid lays its edge's label
+# connector's and the streaming-input session's detours last (FINISHED_REPETITION right after RUNNING: placed later, mermaid lays its edge's label
 # over the grammar's "token refused"). No `<br>` in labels: mermaid wraps long ones itself, and the site hands mermaid the
 # diagram's text content, where a `<br>` is lost
 _LAYOUT = [_S.WAITING, _S.WAITING_FOR_FSM, _S.FINISHED_ERROR, _S.RUNNING, _S.FINISHED_REPETITION, _S.PREEMPTED, _S.FINISHED_STOPPED,
-           _S.FINISHED_LENGTH_CAPPED, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED, _S.WAITING_FOR_REMOTE_KVS]
+           _S.FINISHED_LENGTH_CAPPED, _S.FINISHED_ABORTED, _S.FINISHED_IGNORED, _S.WAITING_FOR_REMOTE_KVS, _S.WAITING_FOR_STREAMING_REQ]
 
 class Mermaid:
     "A mermaid diagram: shown as a diagram by JupyterLab and by the docs site."
@@ -139,7 +142,7 @@ class Request:
     def from_engine_core_request(cls, r:EngineCoreRequest) -> Request:
         req = cls(r.request_id, r.prompt_token_ids, r.sampling_params, r.eos_token_id, r.arrival_time, r.priority, r.cache_salt,
                   r.prompt_embeds)
-        req.lora_request = r.lora_request
+        req.lora_request, req.resumable = r.lora_request, r.resumable
         return req
 
     @property
@@ -191,3 +194,5 @@ def use_structured_output(self:Request) -> bool: return self.sampling_params.str
 
 # %% ../nbs/03_request.ipynb #0bcd57bf
 Request.lora_request = None  # the LoRARequest it runs with (None: the base model): the scheduler's max_loras rule, the block hashes' extra key
+Request.resumable = False     # a streaming-input session: its prompt arrives in chunks (Part II)
+Request.streaming_queue = None  # a session's chunks that came while it ran (None: not a session)

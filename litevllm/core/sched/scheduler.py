@@ -46,6 +46,7 @@ class Scheduler:
 def _init_features(self:Scheduler, vllm_config:VllmConfig):
     "The state Part II's hooks share, then each feature's own."
     self.deferred_waiting: set[str] = set()  # waiting requests stepped over, not waiting for capacity (vLLM's name)
+    self.waiting_for_streaming_input: set[str] = set()  # streaming-input sessions waiting for their next chunk (Part II)
     self.num_lookahead_tokens = 0             # slots a scheduled request must hold beyond its tokens
     self.spec_decoding_stats = None           # counts handed out once with the next stats
     self._init_structured_output(vllm_config); self._init_spec_decode(vllm_config); self._init_kv_connector(vllm_config)
@@ -86,12 +87,17 @@ def _build_connector_meta(self:Scheduler, scheduler_output): "Part II: what the 
 @patch
 def _connector_finished(self:Scheduler, request) -> bool: "Part II: True while the connector still reads or writes the finished request's blocks."; return False
 @patch
+def _add_input_chunk(self:Scheduler, request) -> bool: "Part II: True if `request` is the next chunk of a streaming-input session held here."; return False
+@patch
+def _pause_session(self:Scheduler, request) -> bool: "Part II: True if a stopped streaming-input session only ended a chunk (it waits for the next)."; return False
+@patch
 def _update_from_kv_output(self:Scheduler, scheduler_output, model_runner_output) -> tuple[set[str], list]: "Part II: loads and saves that ended; the requests whose load failed, and the outputs of those it failed."; return set(), []
 
 # %% ../../../nbs/05_scheduler.ipynb #a28ce33c
 @patch
 def add_request(self:Scheduler, request:Request):
     "Queue a new request (WAITING), and own it by id."
+    if self._add_input_chunk(request): return  # Part II: the next chunk of a streaming-input session held here
     if request.max_tokens is None: request.max_tokens = self.max_model_len - request.num_prompt_tokens
     self._on_add(request)  # Part II: a structured request waits for its grammar
     self.waiting.add_request(request)
@@ -100,7 +106,9 @@ def add_request(self:Scheduler, request:Request):
 @patch
 def get_num_unfinished_requests(self:Scheduler) -> int: return len(self.waiting) + len(self.running)
 @patch
-def has_unfinished_requests(self:Scheduler) -> bool: return bool(self.requests)  # waiting, running, or finished with blocks a KV connector still saves (Part II)
+def has_unfinished_requests(self:Scheduler) -> bool:
+    "Waiting, running, or finished with blocks a KV connector still saves (Part II); not a session waiting for its input (Part II)."
+    return len(self.requests) > len(self.waiting_for_streaming_input)
 
 # %% ../../../nbs/05_scheduler.ipynb #d4024463
 @patch
@@ -181,6 +189,7 @@ def _schedule_running(self:Scheduler, st:_Step):
 def _skip_waiting(self:Scheduler, request:Request, st:_Step) -> bool|None:
     "None: `request` may be admitted; True: step over it, keeping its place; False: take it out of the queue."
     if (skip := self._skip_for_remote_kvs(request)) is not None: return skip
+    if request.status == RequestStatus.WAITING_FOR_STREAMING_REQ: return True  # Part II: its next input chunk has not come
     if (skip := self._skip_for_grammar(request)) is not None: return skip
     return None if self._lora_fits(request, st) else True
 
@@ -243,7 +252,7 @@ def _free_request(self:Scheduler, request:Request):
     "Free a finished request's blocks and forget it (later, if a KV connector still uses them); the next step tells the runner."
     delay_free_blocks = self._connector_finished(request)  # Part II
     self.finished_req_ids.add(request.request_id)
-    self.deferred_waiting.discard(request.request_id)
+    self.deferred_waiting.discard(request.request_id); self.waiting_for_streaming_input.discard(request.request_id)
     if not delay_free_blocks: self._free_blocks(request)
 
 @patch
@@ -261,18 +270,22 @@ def update_from_output(self:Scheduler, scheduler_output:SchedulerOutput, model_r
     for rid, n in scheduler_output.num_scheduled_tokens.items():
         request = self.requests.get(rid)
         if request is None or request.is_finished() or rid in failed_kv_load: continue  # aborted while the step ran
-        new_ids, logprobs = [], None
+        new_ids, logprobs, paused = [], None, False
         if rid in idx and (gen := sampled[idx[rid]]):
             self._verify_drafts(request, scheduler_output, len(gen))  # Part II: takes the rejected drafts back
             for t in gen:  # the model's token (after the accepted drafts, Part II): a stop cuts the run there
                 new_ids.append(t); request.append_output_token_ids(t)
-                if check_stop(request, self.max_model_len) or self._advance_grammar(request, [t]): stopped.append(request); break
+                if check_stop(request, self.max_model_len) or self._advance_grammar(request, [t]):
+                    paused = self._pause_session(request)  # Part II: a streaming-input session's chunk ended; it waits
+                    if not paused: stopped.append(request)
+                    break
             if model_runner_output.logprobs is not None:
                 a = lp_start[idx[rid]]; logprobs = model_runner_output.logprobs.slice(a, a + len(new_ids))
             self._take_drafts(request, model_runner_output)  # Part II: the proposer's drafts for the next step
         prompt_lp = (model_runner_output.prompt_logprobs_dict or {}).get(rid)
         if new_ids or prompt_lp is not None:
-            outputs.append(EngineCoreOutput(rid, new_ids, request.get_finished_reason(), request.stop_reason, logprobs,
+            reason = FinishReason.STOP if paused else request.get_finished_reason()  # a chunk's end: vLLM's "stop"
+            outputs.append(EngineCoreOutput(rid, new_ids, reason, request.stop_reason, logprobs,
                                             prompt_lp, max(request.num_cached_tokens, 0), request.num_preemptions))
     for request in stopped:
         self.running.remove(request)
@@ -298,7 +311,7 @@ def finish_requests(self:Scheduler, request_ids, finished_status:RequestStatus=R
 @patch
 def make_stats(self:Scheduler) -> SchedulerStats:
     "A snapshot after a step; the waiting requests split as vLLM's: for capacity, or deferred (grammar compiling, LoRA slot)."
-    deferred = len(self.deferred_waiting)
+    deferred = len(self.deferred_waiting) + len(self.waiting_for_streaming_input)
     spec, self.spec_decoding_stats = self.spec_decoding_stats, None  # each step's counts are reported once
     return SchedulerStats(len(self.running), len(self.waiting) - deferred, self.kv_cache_manager.usage,
                           self.kv_cache_manager.make_prefix_cache_stats(), self.num_preemptions, deferred, spec)
