@@ -180,7 +180,10 @@ async def generate(self:AsyncLLM, prompt:PromptType, sampling_params:SamplingPar
     "The RequestOutputs of one request, as the engine makes them (`prompt`: Part II, an async iterator of input chunks)."
     if self.dead_error is not None: raise self.dead_error
     if hasattr(prompt, "__aiter__"):  # Part II: a streaming-input request, its prompt arriving in chunks
-        async for out in self._generate_streaming_input(prompt, sampling_params, request_id, priority, arrival_time, lora_request): yield out
+        stream = self._generate_streaming_input(prompt, sampling_params, request_id, priority, arrival_time, lora_request)
+        try:
+            async for out in stream: yield out
+        finally: await stream.aclose()  # a client that stops reading closes it now (its session is aborted)
         return
     if request_id in self._requests: raise ValueError(f"request_id {request_id!r} is already in use")
     req = self.engine.process_inputs(request_id, prompt, sampling_params, arrival_time, priority, lora_request)

@@ -92,6 +92,7 @@ class MPClient(EngineCoreClient):
         self.utility_results: dict[int, object] = {}
         self.call_ids = iter(range(1, 1 << 62))
         self.req_engine: dict[str, int] = {}                   # request id -> the engine that has it
+        self.sessions: dict[str, int] = {}                     # streaming-input sessions (27_streaming_input) -> their engine, until aborted or over
         self.lb_counts = [[0, 0] for _ in range(self.num_engines)]  # per engine: waiting, running
         self.num_requests_sent = [0] * self.num_engines             # per engine, since the start
         self.identities = [i.to_bytes(2, "little") for i in range(self.num_engines)]
@@ -181,15 +182,18 @@ def _choose_engine(self:MPClient) -> int:
 
 @patch
 def add_request(self:MPClient, req:EngineCoreRequest):
-    e = self._choose_engine() if self.num_engines > 1 else 0
+    e = self.sessions.get(req.request_id) if req.resumable else None  # a streaming-input session's chunks: where it lives
+    if e is None: e = self._choose_engine() if self.num_engines > 1 else 0
     self._send(e, EngineCoreRequestType.ADD, (req, getattr(req.sampling_params, "_bad_words_token_ids", None) or []))
     self.req_engine[req.request_id] = e
+    if req.resumable: self.sessions[req.request_id] = e
     self.lb_counts[e][0] += 1; self.num_requests_sent[e] += 1
 
 @patch
 def abort_requests(self:MPClient, request_ids:list[str], status:RequestStatus=RequestStatus.FINISHED_ABORTED):
     by_engine = {}
     for rid in request_ids:
+        self.sessions.pop(rid, None)
         if (e := self.req_engine.pop(rid, None)) is not None: by_engine.setdefault(e, []).append(rid)
     for e, ids in by_engine.items():
         try: self._send(e, EngineCoreRequestType.ABORT, (ids, status.value))
@@ -213,7 +217,7 @@ def _receive(self:MPClient, timeout_ms:int) -> EngineCoreOutputs|None|bool:
         s = outs.scheduler_stats
         self.lb_counts[outs.engine_index] = [s.num_waiting_reqs, s.num_running_reqs]
     for o in outs.outputs:
-        if o.finish_reason is not None: self.req_engine.pop(o.request_id, None)
+        if o.finish_reason is not None and o.request_id not in self.sessions: self.req_engine.pop(o.request_id, None)  # a session's chunk ends with a reason too
         for k in ("new_logprobs", "new_prompt_logprobs"):  # untyped on the wire: a dict of tensors, made a LogprobsTensors again
             if isinstance(v := getattr(o, k), dict): setattr(o, k, LogprobsTensors(**v))
     for rid in outs.failed_requests: self.req_engine.pop(rid, None)
