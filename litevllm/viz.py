@@ -24,6 +24,7 @@ class _FakeRunnerOutput:  # the fields update_from_output reads (the real one is
     sampled_token_ids: list[list[int]]
     logprobs: object = None
     prompt_logprobs_dict: dict|None = None
+    kv_connector_output: object = None
 
 def fake_model_output(scheduler:Scheduler, so:SchedulerOutput, token:int=7):
     "What a model runner would return, sampling `token` for every request at the end of its tokens (and rejecting any drafts)."
