@@ -138,7 +138,10 @@ _VLLM_WORKS = {  # why -> flags: litevllm has these
         --data-parallel-size|-dp --data-parallel-backend|-dpb --block-size
         --gpu-memory-utilization|--device-memory-utilization --kv-cache-memory-bytes --num-gpu-blocks-override
         --enable-prefix-caching/b --max-num-batched-tokens --max-num-seqs --long-prefill-token-threshold
-        --scheduling-policy --enable-chunked-prefill/b --cudagraph-capture-sizes --disable-log-stats/t --reasoning-parser""",
+        --scheduling-policy --enable-chunked-prefill/b --cudagraph-capture-sizes --disable-log-stats/t --reasoning-parser
+        --async-scheduling/b""",
+    'KV transfer: a KV connector (`kv_transfer_config`, 26_kv_connector) or the offloading tier (`kv_offloading_size`, 26a_kv_offload)': """
+        --kv-transfer-config --kv-offloading-size/f""",
     "speculative decoding (ngram, draft_model): the `speculative_config` engine field, and vLLM's shorthands for three of its keys": """
         --speculative-config|-sc --spec-method --spec-model --spec-tokens""",
     'LoRA adapters: engine flags (`EngineArgs` fields) and `litevllm serve --lora-modules`': """
@@ -149,7 +152,7 @@ _VLLM_WORKS = {  # why -> flags: litevllm has these
 _VLLM_NOOP = {  # why -> flags: accepted, a warning at start says they do nothing here
     'GPU memory: litevllm sizes its KV cache from --kv-cache-memory-bytes / --gpu-memory-utilization': """
         --enable-sleep-mode/b=False --sleep-mode-offload-cudagraph/b=False --sleep-preserve-parameter-names/s+
-        --enable-cumem-allocator/b=False --enable-nccl-comm-suspend/b=False --kv-offloading-size/f
+        --enable-cumem-allocator/b=False --enable-nccl-comm-suspend/b=False
         --kv-offloading-backend/s:lmcache,native=native --offload-backend/s:auto,prefetch,uva=auto
         --cpu-offload-gb/f=0 --cpu-offload-params/s+ --offload-group-size/i=0 --offload-num-in-group/i=1
         --offload-prefetch-step/i=1 --offload-params/s+ --disable-hybrid-kv-cache-manager/b --prefix-match-unit/i""",
@@ -164,7 +167,7 @@ _VLLM_NOOP = {  # why -> flags: accepted, a warning at start says they do nothin
         --kda-decode-backend/s:auto,native,flashinfer,triton --fail-on-environ-validation/b=False""",
     'a scheduler / cache performance knob: litevllm does not have it, and outputs do not depend on it': """
         --max-num-scheduled-tokens/n --max-num-active-seqs/i --long-prefill-token-threshold-adaptive/b=False
-        --scheduler-reserve-full-isl/b=True --watermark/f=0.0 --prefill-schedule-interval/i=1 --async-scheduling/b
+        --scheduler-reserve-full-isl/b=True --watermark/f=0.0 --prefill-schedule-interval/i=1
         --stream-interval/i=1 --prefix-caching-hash-algo/s:sha256,sha256_cbor,xxhash,xxhash_cbor=sha256""",
     "logging: litevllm logs with Python's logging": """
         --max-log-len/i --enable-log-outputs/b=False --enable-log-deltas/b=True --log-error-stack/b=False
@@ -274,8 +277,8 @@ _VLLM_REFUSED |= {  # the serving and deployment ones
         --headless/t --nnodes|-n --node-rank|-r --data-parallel-rank|-dpn --data-parallel-start-rank|-dpr
         --data-parallel-size-local|-dpl --data-parallel-hybrid-lb|-dph/b --data-parallel-external-lb|-dpe/b
         --data-parallel-multi-port-external-lb|-dpm/t --device-ids""",
-    'disaggregated serving (KV transfer, KV events, weight transfer): not implemented': """
-        --kv-transfer-config --kv-events-config --weight-transfer-config""",
+    'disaggregated serving (KV events, weight transfer): not implemented': """
+        --kv-events-config --weight-transfer-config""",
 }
 
 # %% ../nbs/40_cli.ipynb #25370ce1

@@ -56,6 +56,7 @@ class EngineArgs:
     enable_prompt_embeds: bool = False     # accept {"prompt_embeds": tensor} prompts: (tokens, hidden_size) input embeddings in place of ids
     kv_transfer_config: dict|None = None   # a KV connector: {"kv_connector": "ExampleConnector", "kv_role": "kv_both", ...} or a KVTransferConfig
     kv_offloading_size: float|None = None  # GiB of CPU memory for KV blocks evicted from the cache (vLLM's; sets up the OffloadingConnector)
+    async_scheduling: bool = False         # schedule step N+1 while step N runs (AsyncScheduler): off by default on CPU (see async_scheduler)
     speculative_config: dict|None = None   # speculative decoding: {"method": "ngram" | "draft_model", "num_speculative_tokens": k, ...} (SpeculativeConfig)
     enable_lora: bool = False              # serve LoRA adapters (a request names one with lora_request=LoRARequest(...))
     max_loras: int = 1                     # distinct adapters in one step (device slots)
@@ -104,6 +105,9 @@ def _verify(self:EngineArgs):
     check(self.kv_transfer_config is None or isinstance(self.kv_transfer_config, (dict, KVTransferConfig)), "kv_transfer_config",
           "must be a dict or a KVTransferConfig (e.g. {'kv_connector': 'ExampleConnector', 'kv_role': 'kv_both'})")
     check(self.kv_offloading_size is None or self.kv_offloading_size > 0, "kv_offloading_size", "must be > 0 (GiB)")
+    check(not (self.async_scheduling and self.speculative_config), "async_scheduling", "cannot be combined with speculative_config yet")
+    check(not (self.async_scheduling and (self.kv_transfer_config or self.kv_offloading_size)), "async_scheduling",
+          "cannot be combined with a KV connector yet")
     check(self.max_logprobs >= -1, "max_logprobs", "must be >= 0, or -1 (no limit: the whole vocabulary)")
     check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device", "must be auto, cpu or cuda")
     check(self.attention_backend in ("auto", "cpu", "sdpa", "torch", "triton"), "attention_backend", "must be auto, cpu, sdpa, torch or triton")

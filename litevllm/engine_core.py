@@ -26,7 +26,8 @@ class EngineCore:
     def __init__(self, vllm_config:VllmConfig):
         self.config = vllm_config
         self.model_executor = Executor.get_class(vllm_config)(vllm_config)  # one rank here, or a worker process per rank
-        self.scheduler = Scheduler(vllm_config, self.model_executor.num_blocks)
+        self.batch_queue = None  # Part II (async scheduling): the steps in flight
+        self.scheduler = self._make_scheduler(vllm_config)  # Part II: an AsyncScheduler with async_scheduling
         self.record_step_timings = False
         self.step_timings: list[dict] = []
         self.isolate_failures = False              # True (the server): a failing step fails its requests, not the engine
@@ -44,6 +45,7 @@ class EngineCore:
 @patch
 def step(self:EngineCore) -> list[EngineCoreOutput]:
     "Schedule, run the model once, update: the news of every request that has some."
+    if self.batch_queue is not None: return self.step_with_batch_queue()  # Part II: async scheduling
     self.new_request_ids = []
     if not self.scheduler.has_unfinished_requests(): return []
     t0 = time.perf_counter()
@@ -67,6 +69,14 @@ def step(self:EngineCore) -> list[EngineCoreOutput]:
                                       grammar=t_grammar, mask=rt.get("mask", 0.0),
                                       num_tokens=so.total_num_scheduled_tokens, num_reqs=len(so.num_scheduled_tokens)))
     return outputs
+
+# %% ../nbs/10a_engine_core.ipynb #211c395a
+@patch
+def _make_scheduler(self:EngineCore, vllm_config:VllmConfig) -> Scheduler:
+    "The scheduler (Part II: an AsyncScheduler and a batch queue with async_scheduling)."
+    return Scheduler(vllm_config, self.model_executor.num_blocks)
+@patch
+def step_with_batch_queue(self:EngineCore) -> list[EngineCoreOutput]: "Part II (async scheduling): schedule the next step while this one runs."; raise NotImplementedError
 
 # %% ../nbs/10a_engine_core.ipynb #0638c22c
 EngineCore.model_runner = property(lambda self: self.model_executor.model_runner, doc="The model runner, when it runs in this process (else None).")

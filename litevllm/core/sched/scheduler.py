@@ -132,7 +132,7 @@ class _Step:
     def add_cached(self, request:Request, block_ids:list[int], resumed:bool, num_computed:int):
         c = self.cached
         c.req_ids.append(request.request_id); c.resumed_from_preemption.append(resumed)
-        c.new_block_ids.append(block_ids); c.num_computed_tokens.append(num_computed); c.num_output_tokens.append(request.num_output_tokens)
+        c.new_block_ids.append(block_ids); c.num_computed_tokens.append(num_computed); c.num_output_tokens.append(request.num_output_tokens + request.num_output_placeholders)
 
     def drop_cached(self, rid:str):
         "A request scheduled earlier this step was preempted: take its tokens back."
@@ -168,7 +168,8 @@ def _schedule_running(self:Scheduler, st:_Step):
     i = 0
     while i < len(self.running) and st.token_budget > 0:
         request = self.running[i]
-        n = self._cap(request, request.num_tokens_with_spec - request.num_computed_tokens, st.token_budget, st.has_company)
+        n = self._cap(request, request.num_tokens_with_spec + request.num_output_placeholders - request.num_computed_tokens,  # placeholders: Part II
+                      st.token_budget, st.has_company)
         if n <= 0: i += 1; continue
         while (new_blocks := self.kv_cache_manager.allocate_slots(request, n, num_lookahead_tokens=self.num_lookahead_tokens)) is None:
             victim_idx = self.running.index(self._victim())
