@@ -158,8 +158,9 @@ def _build_connector_meta(self:Scheduler, scheduler_output:SchedulerOutput):
 def _skip_for_remote_kvs(self:Scheduler, request:Request) -> bool|None:
     "True: its KV is still loading (keep its place); None: it may be scheduled."
     if request.status != RequestStatus.WAITING_FOR_REMOTE_KVS: return None
-    if request.request_id not in self.finished_recving_kv_req_ids: return True
-    self.finished_recving_kv_req_ids.discard(request.request_id)
+    if request.request_id not in self.finished_recving_kv_req_ids:
+        self.deferred_waiting.add(request.request_id); return True  # counted as deferred, not waiting for capacity
+    self.finished_recving_kv_req_ids.discard(request.request_id); self.deferred_waiting.discard(request.request_id)
     mgr = self.kv_cache_manager
     if request.num_computed_tokens and mgr.enable_caching:  # its blocks become findable, then held by nobody: its
         mgr.cache_blocks(request, request.num_computed_tokens)  # admission hits them as any request's would (a waiting

@@ -196,4 +196,5 @@ def use_structured_output(self:Request) -> bool: return self.sampling_params.str
 Request.lora_request = None  # the LoRARequest it runs with (None: the base model): the scheduler's max_loras rule, the block hashes' extra key
 Request.resumable = False     # a streaming-input session: its prompt arrives in chunks (Part II)
 Request.num_output_placeholders = 0  # tokens scheduled whose output has not come back yet (Part II: async scheduling)
+Request.num_external_computed_tokens = 0  # prompt tokens a KV connector loaded at its admission (Part II)
 Request.streaming_queue = None  # a session's chunks that came while it ran (None: not a session)

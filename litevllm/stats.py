@@ -77,11 +77,11 @@ class FinishedRequestStats:
 # %% ../nbs/11_engine.ipynb #d2949f17
 @dataclass
 class PromptTokenStats:
-    "One step's prompt tokens by source (vLLM's): computed here, hit in the local prefix cache, or transferred (never, here)."
+    "One step's prompt tokens by source (vLLM's): computed here, hit in the local prefix cache, or loaded by a KV connector."
     ALL_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vllm:prompt_tokens_by_source's labels
     computed: int = 0
     local_cache_hit: int = 0
-    external_kv_transfer: int = 0  # litevllm has no KV connector: always 0, exported as vLLM does
+    external_kv_transfer: int = 0  # loaded by a KV connector (26_kv_connector)
     cached_tokens: int = 0         # local_cache_hit + external_kv_transfer
     total: int = 0                 # computed + cached_tokens
     def get_by_source(self, source:str) -> int:
@@ -112,7 +112,9 @@ def update_from_output(self:IterationStats, output:EngineCoreOutput, stats, num_
         self.num_prompt_tokens += num_prompt_tokens
         self.num_cached_tokens += output.num_cached_tokens
         p, cached = self.prompt_token_stats, min(output.num_cached_tokens, num_prompt_tokens)
-        p.total += num_prompt_tokens; p.cached_tokens += cached; p.local_cache_hit += cached; p.computed += num_prompt_tokens - cached
+        ext = min(output.num_external_computed_tokens, cached)
+        p.total += num_prompt_tokens; p.cached_tokens += cached; p.computed += num_prompt_tokens - cached
+        p.local_cache_hit += cached - ext; p.external_kv_transfer += ext
         self.time_to_first_tokens_iter.append(now - stats.arrival_time)
     else: self.inter_token_latencies_iter.append(now - stats.last_token_time)
 

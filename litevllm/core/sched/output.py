@@ -60,5 +60,6 @@ class EngineCoreOutput:
     new_prompt_logprobs: object = None  # LogprobsTensors for a chunk of prompt tokens, when asked for
     num_cached_tokens: int = 0
     num_preemptions: int = 0           # times the request was preempted so far (the front end's per-request histogram)
+    num_external_computed_tokens: int = 0  # of num_cached_tokens, those a KV connector brought (Part II; vllm:prompt_tokens_by_source)
     @property
     def finished(self) -> bool: return self.finish_reason is not None

@@ -220,12 +220,15 @@ def _schedule_waiting(self:Scheduler, st:_Step):
         self.waiting.pop_request()
         if load_async:  # Part II: it waits, blocks in hand, keeping its place, until the connector says its KV is in
             request.status, request.num_computed_tokens = RequestStatus.WAITING_FOR_REMOTE_KVS, num_computed
+            request.num_external_computed_tokens = num_ext
             skipped.append(request); continue
         self.running.append(request)
         resumed = request.status == RequestStatus.PREEMPTED
         request.status = RequestStatus.RUNNING
         request.num_computed_tokens = num_computed
-        if request.num_cached_tokens < 0: request.num_cached_tokens = num_computed
+        if request.num_cached_tokens < 0:  # its first admission: how much of it was not computed here
+            request.num_cached_tokens = num_computed
+            request.num_external_computed_tokens = max(request.num_external_computed_tokens, num_ext)  # (an async load's: set when it parked)
         block_ids = self.kv_cache_manager.get_block_ids(request.request_id)
         if resumed: st.add_cached(request, block_ids, True, num_computed)
         else: st.new_reqs.append(NewRequestData(request.request_id, request.prompt_token_ids, request.sampling_params, block_ids,
@@ -287,7 +290,8 @@ def update_from_output(self:Scheduler, scheduler_output:SchedulerOutput, model_r
         if new_ids or prompt_lp is not None:
             reason = FinishReason.STOP if paused else request.get_finished_reason()  # a chunk's end: vLLM's "stop"
             outputs.append(EngineCoreOutput(rid, new_ids, reason, request.stop_reason, logprobs,
-                                            prompt_lp, max(request.num_cached_tokens, 0), request.num_preemptions))
+                                            prompt_lp, max(request.num_cached_tokens, 0), request.num_preemptions,
+                                            request.num_external_computed_tokens))
     for request in stopped:
         self.running.remove(request)
         self._free_request(request)
