@@ -13,7 +13,7 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['SCRIPTS', 'VLLM_CLI', 'LLAMACPP_ENV', 'GGUF_FOR_DTYPE', 'show_script', 'run_vllm_worker', 'vllm_env',
            'vllm_kv_cache_bytes', 'vllm_cli', 'llamacpp_bin', 'default_model_gguf', 'parse_llama_bench',
-           'run_llama_bench']
+           'run_llama_bench', 'llama_server_argv']
 
 # %% ../../nbs/50b_bench_baseline.ipynb #be734414
 SCRIPTS = Path(str(files("litevllm")))/"bench"/"vllm_scripts"  # run by vLLM's interpreter; shipped as package data
@@ -107,3 +107,9 @@ def run_llama_bench(gguf:Path, fmt:str, threads:int, prompt_len:int=512, gen_len
     cmd = [str(llamacpp_bin("llama-bench")), "-m", str(gguf), "-t", str(threads), "-p", str(prompt_len), "-n", str(gen_len),
            "-r", str(reps), "-o", "json"]
     return parse_llama_bench(subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=3600).stdout, fmt)
+
+# %% ../../nbs/50b_bench_baseline.ipynb #e3383664
+def llama_server_argv(gguf:Path, port:int, name:str, threads:int, n_parallel:int, ctx_per_seq:int) -> list[str]:
+    "llama-server's command line: `gguf` served as `name` on 127.0.0.1:`port`, `n_parallel` slots of `ctx_per_seq` tokens."
+    return [str(llamacpp_bin("llama-server")), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--alias", name,
+            "-t", str(threads), "-np", str(n_parallel), "-c", str(ctx_per_seq * n_parallel), "--no-webui"]

@@ -166,14 +166,14 @@ COMPARE_COLS = ["max_concurrency", "engine", "client", "completed", "failed", "m
                 "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p99", "health_p99_ms", "tok_s_ratio", "ttft_ratio"]
 
 def add_ratios(rows:list[dict]) -> list[dict]:
-    "Each litevllm row gets litevllm ÷ vLLM (same client, same concurrency): output tok/s, mean TTFT, mean TPOT; rows sorted by concurrency, client, vLLM first."
-    base = {(r["client"], r["max_concurrency"]): r for r in rows if r["engine"].startswith("vllm")}
+    "Each litevllm row gets litevllm ÷ the baseline, vLLM or llama.cpp (same client, same concurrency): output tok/s, mean TTFT, mean TPOT; rows sorted by concurrency, client, baseline first."
+    base = {(r["client"], r["max_concurrency"]): r for r in rows if r["engine"].startswith(("vllm", "llama.cpp"))}
     div = lambda a, b: a / b if a is not None and b else None
     for r in rows:
         if r["engine"] == "litevllm" and (v := base.get((r["client"], r["max_concurrency"]))):
             r |= dict(tok_s_ratio=div(r.get("output_tok_s"), v.get("output_tok_s")), ttft_ratio=div(r.get("ttft_ms_mean"), v.get("ttft_ms_mean")),
                       tpot_ratio=div(r.get("tpot_ms_mean"), v.get("tpot_ms_mean")))
-    return sorted(rows, key=lambda r: (r["max_concurrency"], r["client"], not r["engine"].startswith("vllm")))
+    return sorted(rows, key=lambda r: (r["max_concurrency"], r["client"], r["engine"] == "litevllm"))
 
 async def serve_level(base_url:str, prompts:list, output_len:int, model:str, max_concurrency:int, warmup:list=(), temperature:float=0.0,
                       seed:int=0, health_interval:float|None=0.05, use_tqdm:bool=False) -> dict:
@@ -208,8 +208,10 @@ def _server_version(base_url:str) -> str:
 # %% ../../nbs/50g_bench_serve_compare.ipynb #0901c4ba
 def add_compare_args(p:argparse.ArgumentParser):
     "The flags of `litevllm bench serve --baseline`: which servers and clients, the workload's shape, the /health probe."
-    p.add_argument("--baseline", choices=["none", "vllm"], default=None,
-                   help="start the servers here instead of using --base-url: vllm serve first, then litevllm serve (vllm); litevllm serve alone (none)")
+    p.add_argument("--baseline", choices=["none", "vllm", "llamacpp"], default=None,
+                   help="start the servers here instead of using --base-url: vllm serve (vllm) or llama-server on the default model's GGUF "
+                        "(llamacpp, after `make llamacpp-baseline`) first, then litevllm serve; litevllm serve alone (none)")
+    p.add_argument("--gguf-format", default=None, help="llamacpp: the GGUF type llama-server runs (default: the dtype's, F32 or BF16)")
     p.add_argument("--vllm-python", default=".vllm-venv/bin/python", help="the interpreter of vLLM's venv (`make vllm-baseline`)")
     p.add_argument("--client", nargs="+", choices=["litevllm", "vllm"], default=["litevllm"],
                    help="who sends the requests: this module (litevllm), vLLM's `vllm bench serve` (vllm), or both in turn")
@@ -266,6 +268,16 @@ def _compare_plan(ns) -> SimpleNamespace:
                            levels=levels, temperature=0.0 if ns.temperature is None else ns.temperature, work=work, port=port,
                            url=f"http://127.0.0.1:{port}")
 
+# %% ../../nbs/50g_bench_serve_compare.ipynb #475cb8aa
+def _llama_server(ns, p:SimpleNamespace) -> list[str]:
+    "llama-server on the default model's GGUF of the engine's precision: as many slots as the highest concurrency, each max_model_len long."
+    import torch
+    from litevllm.bench.baseline import GGUF_FOR_DTYPE, default_model_gguf, llama_server_argv
+    if ns.model is not None: raise ValueError("--baseline llamacpp serves the default model (its GGUF file ships with it): leave --model out")
+    if ns.client != ["litevllm"]: raise ValueError("--baseline llamacpp: the litevllm client only")
+    p.gguf_format = ns.gguf_format or GGUF_FOR_DTYPE.get(str(p.cfg.dtype), "F32")
+    return llama_server_argv(default_model_gguf(p.gguf_format), p.port, p.name, torch.get_num_threads(), max(p.levels), p.cfg.max_model_len)
+
 # %% ../../nbs/50g_bench_serve_compare.ipynb #c46e9f84
 def _compare_servers(ns, p:SimpleNamespace, envs:dict, tmp:Path) -> tuple[list[dict], dict, dict]:
     "Each server in turn (vLLM first), each level, each client: (rows, the servers' labels, their command lines)."
@@ -273,11 +285,12 @@ def _compare_servers(ns, p:SimpleNamespace, envs:dict, tmp:Path) -> tuple[list[d
     rows, versions = [], {}
     cli = vllm_cli(ns.vllm_python) if ns.baseline == "vllm" or "vllm" in ns.client else None
     argvs = serve_argvs(p.model_dir, p.port, p.name, p.kw, cli if ns.baseline == "vllm" else None)
+    if ns.baseline == "llamacpp": argvs = {"llama.cpp": _llama_server(ns, p)} | argvs
     for engine, argv in argvs.items():  # one server at a time
         print(f"starting {engine}: {shlex.join(argv)}", flush=True)
         t0 = time.perf_counter()
         with server_process(argv, p.url, envs[engine], ns.server_timeout, tmp/f"{engine}.log"):
-            label = engine if engine == "litevllm" else f"vllm {_server_version(p.url)}"
+            label = engine if engine == "litevllm" else f"llama.cpp {p.gguf_format}" if engine == "llama.cpp" else f"vllm {_server_version(p.url)}"
             versions[engine] = label
             print(f"{label} ready after {time.perf_counter() - t0:.0f} s", flush=True)
             for c in p.levels:
@@ -314,7 +327,7 @@ def cmd_serve_compare(ns) -> int:
     import signal, shutil, torch
     from litevllm.config import cpu_info
     p = _compare_plan(ns)
-    envs = dict(vllm=vllm_env(torch.get_num_threads()), litevllm=None)
+    envs = {"vllm": vllm_env(torch.get_num_threads()), "litevllm": None, "llama.cpp": None}
     print(f"model {p.model_dir} as {p.name!r} ({p.kw['dtype']}, max_model_len {p.cfg.max_model_len}); {p.n_in} prompt tokens, {p.n_out} output tokens, "
           f"ignore_eos, temperature {p.temperature}; concurrency {p.levels}; clients {ns.client}; CPU: {cpu_info()}, {os.cpu_count()} cores", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="litevllm-bench-serve-"))  # the servers' logs
