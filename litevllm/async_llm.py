@@ -203,6 +203,7 @@ async def generate(self:AsyncLLM, prompt:PromptType, sampling_params:SamplingPar
         self._requests.pop(request_id, None)
         if not finished: self._command("abort", [request_id])
 
+# %% ../nbs/14_async_llm.ipynb #0a4ddc40
 @patch
 def _generate_streaming_input(self:AsyncLLM, stream, sampling_params, request_id, priority, arrival_time, lora_request):
     "Part II (streaming input): the outputs of a request whose prompt arrives in chunks."; raise NotImplementedError

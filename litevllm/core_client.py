@@ -89,8 +89,7 @@ class MPClient(EngineCoreClient):
         self._finalizer = weakref.finalize(self, _shutdown_client, self._managers, self.ctx, self._sockets)
         self.dead_error: EngineDeadError|None = None
         self.pending: collections.deque = collections.deque()  # outputs read while waiting for a utility answer
-        self.utility_results: dict[int, object] = {}
-        self.call_ids = iter(range(1, 1 << 62))
+        self.utility_results, self.call_ids = {}, iter(range(1, 1 << 62))  # utility answers by call id; the next ids
         self.req_engine: dict[str, int] = {}                   # request id -> the engine that has it
         self.sessions: dict[str, int] = {}                     # streaming-input sessions (27_streaming_input) -> their engine, until aborted or over
         self.lb_counts = [[0, 0] for _ in range(self.num_engines)]  # per engine: waiting, running

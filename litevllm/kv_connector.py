@@ -368,6 +368,7 @@ def start_load_kv(self:ExampleConnector, forward_context:ForwardContext, **kwarg
 @patch
 def wait_for_layer_load(self:ExampleConnector, layer_name:str): return  # start_load_kv loaded every layer
 
+# %% ../nbs/26_kv_connector.ipynb #21c4803a
 @patch
 def save_kv_layer(self:ExampleConnector, layer_name:str, kv_layer, attn_metadata, **kwargs):
     for r in self._get_connector_metadata().requests:

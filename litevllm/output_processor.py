@@ -157,6 +157,7 @@ class RequestStateStats:
     num_generation_tokens: int = 0
     num_preemptions: int = 0  # as of the request's last output (the engine core counts them)
 
+# %% ../nbs/10_output_processor.ipynb #73785abe
 class RequestState:
     "The front end's record of one (child) request."
     def __init__(self, req:EngineCoreRequest, tokenizer, parent=None, index:int=0, queue=None):

@@ -74,6 +74,8 @@ def _take_drafts(self:Scheduler, request, model_runner_output): "Part II: the pr
 def _finish_grammar_errors(self:Scheduler) -> list: "Part II: finish the requests whose grammar failed."; return []
 @patch
 def get_grammar_bitmask(self:Scheduler, scheduler_output): "Part II: the step's bitmask rows (vLLM's name); None: no grammar."
+
+# %% ../../../nbs/05_scheduler.ipynb #f32f712c
 @patch
 def _init_kv_connector(self:Scheduler, vllm_config): "Part II: the KV connector's scheduler side, or None."; self.connector = None
 @patch
@@ -222,20 +224,26 @@ def _schedule_waiting(self:Scheduler, st:_Step):
             request.status, request.num_computed_tokens = RequestStatus.WAITING_FOR_REMOTE_KVS, num_computed
             request.num_external_computed_tokens = num_ext
             skipped.append(request); continue
-        self.running.append(request)
-        resumed = request.status == RequestStatus.PREEMPTED
-        request.status = RequestStatus.RUNNING
-        request.num_computed_tokens = num_computed
-        if request.num_cached_tokens < 0:  # its first admission: how much of it was not computed here
-            request.num_cached_tokens = num_computed
-            request.num_external_computed_tokens = max(request.num_external_computed_tokens, num_ext)  # (an async load's: set when it parked)
-        block_ids = self.kv_cache_manager.get_block_ids(request.request_id)
-        if resumed: st.add_cached(request, block_ids, True, num_computed)
-        else: st.new_reqs.append(NewRequestData(request.request_id, request.prompt_token_ids, request.sampling_params, block_ids,
-                                                num_computed, request.eos_token_id, request.prompt_embeds, request.lora_request))
-        st.num_scheduled[request.request_id] = n
-        st.token_budget -= n
+        self._admit(request, st, num_computed, num_ext, n)
     for r in reversed(skipped): self.waiting.prepend_request(r)
+
+# %% ../../../nbs/05_scheduler.ipynb #c1f84af6
+@patch
+def _admit(self:Scheduler, request:Request, st:_Step, num_computed:int, num_ext:int, n:int):
+    "Move an admitted request to the running list with `n` tokens this step, `num_computed` (`num_ext` of them a connector's) done."
+    self.running.append(request)
+    resumed = request.status == RequestStatus.PREEMPTED
+    request.status = RequestStatus.RUNNING
+    request.num_computed_tokens = num_computed
+    if request.num_cached_tokens < 0:  # its first admission: how much of it was not computed here
+        request.num_cached_tokens = num_computed
+        request.num_external_computed_tokens = max(request.num_external_computed_tokens, num_ext)  # (an async load's: set when it parked)
+    block_ids = self.kv_cache_manager.get_block_ids(request.request_id)
+    if resumed: st.add_cached(request, block_ids, True, num_computed)
+    else: st.new_reqs.append(NewRequestData(request.request_id, request.prompt_token_ids, request.sampling_params, block_ids,
+                                            num_computed, request.eos_token_id, request.prompt_embeds, request.lora_request))
+    st.num_scheduled[request.request_id] = n
+    st.token_budget -= n
 
 # %% ../../../nbs/05_scheduler.ipynb #2120228d
 @patch
@@ -264,6 +272,7 @@ def _free_blocks(self:Scheduler, request:Request):
     self.kv_cache_manager.free(request)
     del self.requests[request.request_id]
 
+# %% ../../../nbs/05_scheduler.ipynb #601569cd
 @patch
 def update_from_output(self:Scheduler, scheduler_output:SchedulerOutput, model_runner_output) -> list[EngineCoreOutput]:
     "Append each sampled token, stop finished requests, free their blocks; one EngineCoreOutput per request with news."
