@@ -1,26 +1,11 @@
 """Async scheduling (vLLM's AsyncScheduler and batch queue) with the engine core in a process of its own: the same tokens as
-the synchronous scheduler, through LLM and through AsyncLLM's streamed outputs; the flag and what it is refused with."""
+the synchronous scheduler through AsyncLLM's streamed outputs (nbs/28_async_scheduler compares LLM's, in-process, on more
+kinds of request); the flag and what it is refused with."""
 import asyncio
 import pytest
-from litevllm import LLM, SamplingParams
+from litevllm import SamplingParams
 from litevllm.async_llm import AsyncLLM, AsyncEngineArgs
 from litevllm.config import EngineArgs
-
-PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "The three primary colors are"]
-PARAMS = [SamplingParams(temperature=0, max_tokens=32), SamplingParams(temperature=0.9, seed=1, max_tokens=32),
-          SamplingParams(temperature=0, max_tokens=32, stop=["\n"]), SamplingParams(temperature=0.6, seed=2, n=3, max_tokens=16)]
-
-
-def _tokens(**kw):
-    llm = LLM(max_model_len=256, dtype="float32", seed=0, **kw)
-    outs = llm.generate(PROMPTS * 4, PARAMS * 4, use_tqdm=False)
-    llm.llm_engine.shutdown()
-    return [[c.token_ids for c in o.outputs] for o in outs]
-
-
-def test_same_tokens_as_sync():
-    assert _tokens(async_scheduling=True) == _tokens()
-
 
 def test_async_llm_streams():
     "Streamed (DELTA) outputs put together give the same tokens, one output per token."
