@@ -216,6 +216,7 @@ def _update_from_kv_output(self:Scheduler, scheduler_output:SchedulerOutput, mod
     return affected, errors
 
 # %% ../nbs/26_kv_connector.ipynb #ab0df880
+from .kernels.cpu_attention import store_kv_cache_ref  # torch only: builds nothing
 LAYER_NAME = "model.layers.{}.self_attn.attn"  # vLLM's name of each layer's attention
 
 def kv_cache_layout(attention_backend:str) -> str: return "cpu" if attention_backend == "cpu" else "nhd"
@@ -236,9 +237,7 @@ def read_kv_slots(kv_layer:tuple, slots:torch.Tensor, layout:str="nhd") -> torch
 def write_kv_slots(kv_layer:tuple, slots:torch.Tensor, kv:torch.Tensor, layout:str="nhd"):
     "Write `kv` (2, tokens, kv_heads, head_dim) into `slots` of one layer's caches."
     k, v = kv_layer
-    if layout == "cpu":
-        bs = v.shape[2]; blk, off = slots // bs, slots % bs
-        k[blk, :, :, off] = kv[0].to(k.dtype); v[blk, :, off, :] = kv[1].to(v.dtype)
+    if layout == "cpu": store_kv_cache_ref(kv[0], kv[1], k, v, slots)  # the CPU kernel's own reference store
     else:
         k.flatten(0, 1).index_copy_(0, slots, kv[0].to(k.dtype)); v.flatten(0, 1).index_copy_(0, slots, kv[1].to(v.dtype))
 

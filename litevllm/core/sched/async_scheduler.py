@@ -6,7 +6,7 @@ Docs: https://litevllm.github.io/litevllm/async_scheduler.html.md"""
 
 # %% ../../../nbs/28_async_scheduler.ipynb #a8a7d30f
 from __future__ import annotations
-import collections, time
+import collections, time, weakref
 from concurrent.futures import ThreadPoolExecutor
 from fastcore.basics import patch
 from ...config import VllmConfig
@@ -54,6 +54,7 @@ def _make_scheduler(self:EngineCore, vllm_config:VllmConfig) -> Scheduler:
     if not vllm_config.async_scheduling: return Scheduler(vllm_config, self.model_executor.num_blocks)
     self.batch_queue = collections.deque()
     self.execute_pool = ThreadPoolExecutor(1, thread_name_prefix="litevllm-execute")
+    weakref.finalize(self, self.execute_pool.shutdown)  # the thread ends with the engine core
     return AsyncScheduler(vllm_config, self.model_executor.num_blocks)
 
 # %% ../../../nbs/28_async_scheduler.ipynb #509b1841
