@@ -29,6 +29,7 @@ def human_readable_int(s:str) -> int:
 # %% ../nbs/40_cli.ipynb #94306ba8
 _HUMAN_INTS = {"max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes"}  # vLLM reads these with human_readable_int
 _SHORT_FLAGS = {"speculative_config": ("-sc",)}  # vLLM's short names of engine flags
+_CHOICES = {"quantization": ["gguf"]}  # engine flags whose values argparse checks
 _SPEC_SHORTHANDS = {"spec_method": "method", "spec_model": "model", "spec_tokens": "num_speculative_tokens"}  # vLLM's flags for keys of -sc
 
 def json_object(s:str) -> dict|None:
@@ -52,7 +53,7 @@ def add_engine_args(p:argparse.ArgumentParser):
             if typing.get_origin(base) is list: p.add_argument(flag, type=typing.get_args(base)[0], nargs="+", default=f.default)  # --cudagraph-capture-sizes 1 2 4
             elif f.name in _HUMAN_INTS: p.add_argument(flag, type=human_readable_int, default=f.default)  # --max-model-len 32k
             elif base is dict: p.add_argument(flag, *_SHORT_FLAGS.get(f.name, ()), type=json_object, default=f.default, metavar="JSON")  # -sc '{...}'
-            else: p.add_argument(flag, type=base, default=f.default)
+            else: p.add_argument(flag, type=base, default=f.default, choices=_CHOICES.get(f.name))
     p.add_argument("--spec-method", default=None, help="speculative_config's method (ngram | draft_model)")
     p.add_argument("--spec-model", default=None, help="speculative_config's model (the draft model's folder)")
     p.add_argument("--spec-tokens", type=int, default=None, help="speculative_config's num_speculative_tokens")
@@ -140,6 +141,8 @@ _VLLM_WORKS = {  # why -> flags: litevllm has these
         --enable-prefix-caching/b --max-num-batched-tokens --max-num-seqs --long-prefill-token-threshold
         --scheduling-policy --enable-chunked-prefill/b --cudagraph-capture-sizes --disable-log-stats/t --reasoning-parser
         --async-scheduling/b""",
+    "GGUF files (29_gguf): `--quantization gguf`, also set by itself when the model is a .gguf file; vLLM's other methods are refused (argparse: invalid choice)": """
+        --quantization|-q""",
     'KV transfer: a KV connector (`kv_transfer_config`, 26_kv_connector) or the offloading tier (`kv_offloading_size`, 26a_kv_offload)': """
         --kv-transfer-config --kv-offloading-size/f""",
     "speculative decoding (ngram, draft_model): the `speculative_config` engine field, and vLLM's shorthands for three of its keys": """
@@ -244,8 +247,8 @@ _VLLM_REFUSED = {  # why -> flags: not added, argparse refuses them
     "LoRA options litevllm does not have (adapters run in the model's dtype, on all seven projections, unsharded; no multimodal or MoE models)": """
         --lora-dtype --enable-tower-connector-lora/b --fully-sharded-loras/b --lora-target-modules --default-mm-loras
         --specialize-active-lora/b --enable-mixed-moe-lora-format/b --enable-moe-shared-loras/b --max-lora-cls-labels""",
-    'quantization (weights or KV cache): not implemented': """
-        --quantization|-q --quantization-config --kv-cache-dtype""",
+    'quantization beyond GGUF files (a quantization config, a quantized KV cache): not implemented': """
+        --quantization-config --kv-cache-dtype""",
     "chat rendering: litevllm renders the chat template (the model's, or --chat-template) as it is": """
         --chat-template-content-format --default-chat-template-kwargs --response-role""",
     'model loading: litevllm loads the local folder (config, tokenizer, weights, generation_config.json) as it is': """

@@ -6,7 +6,7 @@ Docs: https://litevllm.github.io/litevllm/config.html.md"""
 
 # %% ../nbs/00b_config.ipynb #0bad6d9e
 from __future__ import annotations
-import os, json, shutil, tempfile, importlib.metadata
+import os, json, hashlib, shutil, tempfile, importlib.metadata
 from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 import torch
@@ -21,9 +21,10 @@ logger = logging.getLogger("litevllm")
 
 # %% auto #0
 __all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'KV_ROLES', 'KV_PRODUCERS', 'KV_CONSUMERS', 'PLUGIN_GROUP',
-           'EngineArgs', 'default_gguf_path', 'convert_gguf_to_hf', 'default_model_path', 'resolve_model',
-           'ParallelConfig', 'SpeculativeConfig', 'KVTransferConfig', 'VllmConfig', 'check_no_sliding_window',
-           'get_head_size', 'cpu_attention_unsupported', 'resolve_attention_backend', 'load_general_plugins']
+           'EngineArgs', 'default_gguf_path', 'convert_gguf_to_hf', 'is_gguf_file', 'gguf_model_folder',
+           'default_model_path', 'resolve_model', 'ParallelConfig', 'SpeculativeConfig', 'KVTransferConfig',
+           'VllmConfig', 'check_no_sliding_window', 'check_quantization', 'get_head_size', 'cpu_attention_unsupported',
+           'resolve_attention_backend', 'load_general_plugins']
 
 # %% ../nbs/00b_config.ipynb #bb528d3b
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,9 +34,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 @dataclass
 class EngineArgs:
     "The engine's settings, with vLLM's names and defaults."
-    model: str|None = None                 # a local Hugging Face folder; None: the default model (SmolLM2-135M-Instruct)
-    tokenizer: str|None = None             # defaults to `model`
+    model: str|None = None                 # a local Hugging Face folder or a .gguf file; None: the default model (SmolLM2-135M-Instruct)
+    tokenizer: str|None = None             # defaults to `model` (a GGUF file: the tokenizer it carries)
     dtype: str = "auto"                    # auto | float32 | float16 | bfloat16
+    quantization: str|None = None          # None | gguf (weights kept in the file's block formats: set when `model` is a .gguf file)
     seed: int = 0                          # seeds the engine's generator (requests without their own seed)
     max_model_len: int|None = None         # prompt + output tokens; default: the model's max_position_embeddings
     block_size: int = 16                   # tokens per KV block
@@ -99,6 +101,7 @@ def _verify(self:EngineArgs):
     check(self.max_lora_rank in (1, 8, 16, 32, 64, 128, 256, 320, 512), "max_lora_rank", "must be one of 1, 8, 16, 32, 64, 128, 256, 320, 512")
     check(self.max_cpu_loras is None or self.max_cpu_loras >= self.max_loras, "max_cpu_loras", f"must be >= max_loras ({self.max_loras})")
     check(not self.enable_lora or self.tensor_parallel_size == 1, "enable_lora", "with tensor_parallel_size > 1 is not supported (adapters are not sharded)")
+    check(self.quantization in (None, "gguf"), "quantization", "must be None or 'gguf' (the only quantized format litevllm reads)")
     check(self.reasoning_parser is None or isinstance(self.reasoning_parser, str), "reasoning_parser", "must be a reasoning parser's name")
     check(self.speculative_config is None or isinstance(self.speculative_config, dict), "speculative_config",
           "must be a dict (e.g. {'method': 'ngram', 'num_speculative_tokens': 3})")
@@ -147,6 +150,41 @@ def convert_gguf_to_hf(gguf_path:Path, out_dir:Path):
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
 
+# %% ../nbs/00b_config.ipynb #da00f8ba
+_GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+def is_gguf_file(model) -> bool:
+    "Is `model` a path to a GGUF file (by its first 4 bytes, b'GGUF')?"
+    try: p = Path(model).expanduser()
+    except TypeError: return False
+    if not p.is_file(): return False
+    with open(p, "rb") as f: return f.read(4) == b"GGUF"
+
+def gguf_model_folder(gguf_path:Path) -> Path:
+    "A cached folder with the config, generation config and tokenizer of a GGUF file (no weights: they stay in the file)."
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    p = Path(gguf_path).expanduser().resolve()
+    st = p.stat()
+    key = hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    out = cache_dir()/"gguf-configs"/f"{p.stem}-{key}"
+    if (out/"config.json").exists(): return out
+    config = AutoConfig.from_pretrained(str(p.parent), gguf_file=p.name)
+    if config.model_type not in _GGUF_ARCHITECTURES:
+        raise ValueError(f"model: GGUF architecture {config.model_type!r} is not supported (supported: {sorted(_GGUF_ARCHITECTURES)})")
+    config.architectures = [_GGUF_ARCHITECTURES[config.model_type]]
+    if hasattr(config, "quantization_config"): del config.quantization_config
+    tmp = Path(tempfile.mkdtemp(dir=_mkdir(out.parent), prefix=".tmp-"))
+    try:
+        config.save_pretrained(tmp)
+        GenerationConfig.from_model_config(config).save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name).save_pretrained(tmp)
+        try: tmp.rename(out)
+        except OSError: pass  # another process made it first
+    finally: shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+def _mkdir(d:Path) -> Path: d.mkdir(parents=True, exist_ok=True); return d
+
 # %% ../nbs/00b_config.ipynb #1bbf7001
 def default_model_path() -> Path:
     "The default model as a local Hugging Face folder: `$LITEVLLM_DEFAULT_MODEL`, else the shipped GGUF converted on first use."
@@ -171,11 +209,12 @@ def default_model_path() -> Path:
 
 # %% ../nbs/00b_config.ipynb #ff507c03
 def resolve_model(model:str|os.PathLike|None) -> Path:
-    "A local Hugging Face model folder for `model` (None: the default model)."
+    "A local Hugging Face model folder for `model` (None: the default model; a .gguf file: `gguf_model_folder`, no weights)."
     if model is None or model == DEFAULT_MODEL_NAME or model == f"HuggingFaceTB/{DEFAULT_MODEL_NAME}": return default_model_path()
     p = Path(model).expanduser()
     if (p/"config.json").exists(): return p
-    raise ValueError(f"model {str(model)!r} is not a local Hugging Face folder (config.json + safetensors + tokenizer); "
+    if is_gguf_file(p): return gguf_model_folder(p)
+    raise ValueError(f"model {str(model)!r} is not a local Hugging Face folder (config.json + safetensors + tokenizer) or .gguf file; "
                      "litevllm runs offline and never downloads from a hub")
 
 # %% ../nbs/00b_config.ipynb #76a33edf
@@ -326,6 +365,7 @@ class VllmConfig:
     parallel_config: ParallelConfig = field(default_factory=lambda: ParallelConfig())  # how the model is split across ranks
     speculative_config: SpeculativeConfig|None = None  # speculative decoding, checked (None: off)
     kv_transfer_config: KVTransferConfig|None = None   # the KV connector's settings (None: none)
+    quantization: str|None = None                      # gguf: the weights stay in `args.model`'s blocks (29_gguf)
 
     def __getattr__(self, name):  # engine options are read through: cfg.block_size, cfg.max_num_seqs, ...
         if name != "args" and name in EngineArgs.field_names(): return getattr(self.args, name)
@@ -342,6 +382,17 @@ def check_no_sliding_window(cfg, max_model_len:int):
                          f"pass max_model_len <= {sw} (the window then covers every position)")
 
 
+# %% ../nbs/00b_config.ipynb #f0dab7fb
+def check_quantization(args:EngineArgs) -> str|None:
+    "The quantization `args` resolve to (None, or 'gguf' for a .gguf model), after checking what it can be combined with."
+    gguf = is_gguf_file(args.model) if args.model is not None else False
+    if args.quantization == "gguf" and not gguf:
+        raise ValueError(f"quantization 'gguf' needs model to be a .gguf file, got {args.model!r}")
+    if not gguf: return args.quantization
+    for name, bad in (("tensor_parallel_size", args.tensor_parallel_size > 1), ("enable_lora", args.enable_lora)):
+        if bad: raise ValueError(f"{name} {getattr(args, name)!r} is not supported with a GGUF model (its weights are not sharded or wrapped)")
+    return "gguf"
+
 # %% ../nbs/00b_config.ipynb #3918466c
 @patch
 def create_engine_config(self:EngineArgs, usage_context:str|None=None) -> VllmConfig:
@@ -349,6 +400,7 @@ def create_engine_config(self:EngineArgs, usage_context:str|None=None) -> VllmCo
     from transformers import AutoConfig
     path = resolve_model(self.model)
     hf_config = AutoConfig.from_pretrained(path)
+    quantization = check_quantization(self)
     device = resolve_device(self.device)
     dtype = resolve_dtype(self.dtype, hf_config, device)
     max_pos = getattr(hf_config, "max_position_embeddings", 2048)
@@ -369,7 +421,8 @@ def create_engine_config(self:EngineArgs, usage_context:str|None=None) -> VllmCo
     logger.info("dtype %s (asked: %s), device %s, attention backend %s", str(dtype).removeprefix("torch."), self.dtype, device, backend)
     parallel = ParallelConfig.resolve(self, hf_config)
     spec = SpeculativeConfig.from_dict(self.speculative_config, hf_config, self.tokenizer or path, self.tensor_parallel_size)
-    return VllmConfig(self, path, hf_config, device, dtype, max_model_len, budget, backend, parallel, spec, KVTransferConfig.resolve(self))
+    return VllmConfig(self, path, hf_config, device, dtype, max_model_len, budget, backend, parallel, spec, KVTransferConfig.resolve(self),
+                      quantization)
 
 # %% ../nbs/00b_config.ipynb #b98708e5
 def get_head_size(hf_config) -> int:

@@ -117,7 +117,8 @@ class DraftModelProposer:
         spec = vllm_config.speculative_config
         backend = resolve_attention_backend(vllm_config.args.attention_backend, vllm_config.device, vllm_config.dtype,
                                             spec.draft_hf_config, vllm_config.block_size)
-        self.config = dataclasses.replace(vllm_config, model_path=Path(spec.model), hf_config=spec.draft_hf_config, attention_backend=backend)
+        self.config = dataclasses.replace(vllm_config, model_path=Path(spec.model), hf_config=spec.draft_hf_config, attention_backend=backend,
+                                          quantization=None)  # the draft is a folder, whatever the target is
         self.k, self.block_size, self.device = spec.num_speculative_tokens, vllm_config.block_size, vllm_config.device
         self.max_model_len = vllm_config.max_model_len
         self.model = get_model(self.config, tp)

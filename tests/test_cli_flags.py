@@ -102,7 +102,17 @@ def test_launch_command_values(caplog):
     assert any(r.getMessage().startswith("--moe-backend triton has no effect in litevllm") for r in caplog.records)
 
 
-@pytest.mark.parametrize("cmd", ["serve M --quantization awq", "serve M -q awq", "serve M --lora-dtype float16",
+@pytest.mark.parametrize("cmd", ["serve M --quantization awq", "serve M -q fp8"])
+def test_quantization_methods_other_than_gguf_refused(cmd, capsys):
+    with pytest.raises(SystemExit) as e: parse(cmd)
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_quantization_gguf_parses():
+    assert parse("serve M.gguf --quantization gguf").quantization == parse("serve M.gguf -q gguf").quantization == "gguf"
+
+
+@pytest.mark.parametrize("cmd", ["serve M --lora-dtype float16",
                                  "serve M --tool-parser-plugin p.py",
                                  "serve M --reasoning-parser-plugin p.py", "serve M --chat-template-content-format openai", "serve M --kv-cache-dtype fp8",
                                  "serve M --revision main", "serve M --ssl-keyfile k.pem --ssl-certfile c.pem",

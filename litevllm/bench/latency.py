@@ -114,9 +114,13 @@ def bench_latency(llm, prompt_lens=(32, 128, 512), batch_sizes=(1, 8), output_le
     return rows
 
 # %% ../../nbs/50d_bench_latency.ipynb #75afa367
-def decode_weight_bytes(hf_config, dtype) -> int:
-    "Bytes of weights one decode step reads: every parameter at `dtype`, the LM head whole, the embedding not (one row a token)."
+def decode_weight_bytes(hf_config, dtype, gguf_file=None) -> int:
+    "Bytes of weights one decode step reads: every parameter at `dtype` (a GGUF file: as the file stores it), the LM head whole, the embedding not (one row a token)."
     import torch
+    if gguf_file is not None:
+        import gguf
+        ts = {t.name: int(t.n_bytes) for t in gguf.GGUFReader(str(gguf_file)).tensors}
+        return sum(ts.values()) - (ts.get("token_embd.weight", 0) if "output.weight" in ts else 0)
     from litevllm.models.llama import LlamaForCausalLM
     with torch.device("meta"): m = LlamaForCausalLM(hf_config)
     n = sum(p.numel() for p in m.parameters())  # a tied LM head is the embedding: counted once, read whole
@@ -142,15 +146,18 @@ def add_bandwidth_limit(rows:list[dict], weight_bytes:int, gbs:float) -> list[di
     return rows
 
 # %% ../../nbs/50d_bench_latency.ipynb #ecef8bc6
-def llamacpp_rows(rows:list[dict], dtype, gguf_format:str|None=None, prompt_len:int=512, gen_len:int=128) -> list[dict]:
-    "llama-bench on the default model's GGUF (the engine's dtype, or `gguf_format`), each row beside litevllm's one-request figure."
+def llamacpp_rows(rows:list[dict], dtype, gguf_format:str|None=None, prompt_len:int=512, gen_len:int=128, gguf_file=None) -> list[dict]:
+    "llama-bench on `gguf_file` (the file litevllm ran), else the default model's GGUF (the engine's dtype, or `gguf_format`), each row beside litevllm's one-request figure."
     import torch
     from litevllm.bench.baseline import GGUF_FOR_DTYPE, default_model_gguf, run_llama_bench
     fmt = gguf_format or GGUF_FOR_DTYPE.get(str(dtype), "F32")
     ours_decode = max((r["decode_tok_s"] for r in rows if r.get("batch") == 1 and r.get("decode_tok_s")), default=None)
     pre = [r for r in rows if r.get("batch") == 1 and r.get("prompt_len") == prompt_len]
     ours_prefill = prompt_len / (pre[0]["ttft_ms"] / 1000) if pre else None
-    base = run_llama_bench(default_model_gguf(fmt), fmt, torch.get_num_threads(), prompt_len, gen_len)
+    if gguf_file is not None:
+        import gguf
+        fmt = gguf.LlamaFileType(gguf.GGUFReader(str(gguf_file)).fields["general.file_type"].contents()).name.removeprefix("MOSTLY_")
+    base = run_llama_bench(gguf_file or default_model_gguf(fmt), fmt, torch.get_num_threads(), prompt_len, gen_len)
     for b in base:
         ours = ours_prefill if b["test"].startswith("pp") else ours_decode
         b["litevllm_tok_s"] = round(ours, 1) if ours else None
@@ -166,14 +173,16 @@ def _latency(ns) -> int:
     from litevllm.llm import LLM
     from litevllm.config import cpu_info
     kw = engine_kwargs(ns)
-    if ns.baseline == "llamacpp" and ns.model is not None:
-        raise SystemExit("--baseline llamacpp runs the default model (its GGUF file ships with it): leave --model out")
+    from litevllm.config import is_gguf_file
+    gguf_file = ns.model if ns.model is not None and is_gguf_file(ns.model) else None
+    if ns.baseline == "llamacpp" and ns.model is not None and gguf_file is None:
+        raise SystemExit("--baseline llamacpp runs a GGUF file: the default model (leave --model out) or --model FILE.gguf")
     llm = LLM(ns.model, **kw)
     out_len = ns.output_len or (256 if ns.workload == "copy" else 32)
     rows = bench_latency(llm, ns.prompt_lens, ns.batch_sizes, out_len, ns.seed, workload=ns.workload)
     for r in rows: r.pop("tokens"); r.pop("token_ids")
     c = llm.llm_engine.vllm_config
-    wb, gbs = decode_weight_bytes(c.hf_config, c.dtype), read_bandwidth_gbs()
+    wb, gbs = decode_weight_bytes(c.hf_config, c.dtype, gguf_file), read_bandwidth_gbs()
     add_bandwidth_limit(rows, wb, gbs)
     print(f"workload {ns.workload}; model {c.model_path} ({c.dtype}); speculative_config {kw.get('speculative_config')}; "
           f"CPU: {cpu_info()}, {os.cpu_count()} cores")
@@ -181,7 +190,7 @@ def _latency(ns) -> int:
           f"one request decodes at most {gbs * 1e9 / wb:.0f} tok/s here")
     print(format_table(rows, [k for k in LATENCY_COLS if any(r.get(k) is not None for r in rows)]))
     if ns.baseline == "llamacpp":
-        base = llamacpp_rows(rows, c.dtype, ns.gguf_format)
+        base = llamacpp_rows(rows, c.dtype, ns.gguf_format, gguf_file=gguf_file)
         print(format_table(base, list(base[0])))
         rows = rows + base
     write_report(ns.output_json, "latency", rows, model=str(c.model_path), dtype=str(c.dtype), device=str(c.device),

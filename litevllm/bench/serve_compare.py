@@ -252,7 +252,8 @@ def _compare_plan(ns) -> SimpleNamespace:
     from litevllm.config import EngineArgs
     kw = engine_kwargs(ns)
     cfg = EngineArgs(model=ns.model, **kw).create_engine_config()  # resolves the folder, dtype and max_model_len; loads nothing
-    model_dir = Path(cfg.model_path).absolute()
+    model_dir = Path(cfg.model_path).absolute()  # a GGUF file: the folder of its config and tokenizer
+    serve_model = Path(ns.model).expanduser().absolute() if cfg.quantization == "gguf" else model_dir  # what the servers load
     kw |= dict(dtype="auto" if ns.dtype == "auto" else str(cfg.dtype).removeprefix("torch."), max_model_len=cfg.max_model_len,
                kv_cache_memory_bytes=vllm_kv_cache_bytes(cfg))  # the KV cache litevllm has on CPU (2 GiB unless set) for both
     n_in, n_out, levels = ns.random_input_len, ns.random_output_len, ns.max_concurrency or [1, 16, 64]
@@ -264,19 +265,25 @@ def _compare_plan(ns) -> SimpleNamespace:
     work = {c: (random_token_prompts(ns.num_prompts or max(8, 4 * c), n_in, ns.seed + c, ids),  # the same prompts for both servers
                 random_token_prompts(ns.num_warmups, n_in, ns.seed + 10**6 + c, ids)) for c in levels}
     port = ns.port or free_port()
-    return SimpleNamespace(kw=kw, cfg=cfg, model_dir=model_dir, name=ns.served_model_name or model_dir.name, n_in=n_in, n_out=n_out,
+    return SimpleNamespace(kw=kw, cfg=cfg, model_dir=model_dir, serve_model=serve_model, name=ns.served_model_name or model_dir.name, n_in=n_in, n_out=n_out,
                            levels=levels, temperature=0.0 if ns.temperature is None else ns.temperature, work=work, port=port,
                            url=f"http://127.0.0.1:{port}")
 
 # %% ../../nbs/50g_bench_serve_compare.ipynb #475cb8aa
 def _llama_server(ns, p:SimpleNamespace) -> list[str]:
-    "llama-server on the default model's GGUF of the engine's precision: as many slots as the highest concurrency, each max_model_len long."
-    import torch
+    "llama-server on the GGUF file litevllm serves (--model FILE.gguf), else the default model's GGUF of the engine's precision: as many slots as the highest concurrency, each max_model_len long."
+    import torch, gguf
     from litevllm.bench.baseline import GGUF_FOR_DTYPE, default_model_gguf, llama_server_argv
-    if ns.model is not None: raise ValueError("--baseline llamacpp serves the default model (its GGUF file ships with it): leave --model out")
+    if ns.model is not None and p.cfg.quantization != "gguf":
+        raise ValueError("--baseline llamacpp serves a GGUF file: the default model's (leave --model out) or --model FILE.gguf")
     if ns.client != ["litevllm"]: raise ValueError("--baseline llamacpp: the litevllm client only")
-    p.gguf_format = ns.gguf_format or GGUF_FOR_DTYPE.get(str(p.cfg.dtype), "F32")
-    return llama_server_argv(default_model_gguf(p.gguf_format), p.port, p.name, torch.get_num_threads(), max(p.levels), p.cfg.max_model_len)
+    if p.cfg.quantization == "gguf":
+        file_type = gguf.GGUFReader(str(p.serve_model)).fields["general.file_type"].contents()
+        p.gguf_format, path = gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_"), p.serve_model
+    else:
+        p.gguf_format = ns.gguf_format or GGUF_FOR_DTYPE.get(str(p.cfg.dtype), "F32")
+        path = default_model_gguf(p.gguf_format)
+    return llama_server_argv(path, p.port, p.name, torch.get_num_threads(), max(p.levels), p.cfg.max_model_len)
 
 # %% ../../nbs/50g_bench_serve_compare.ipynb #c46e9f84
 def _compare_servers(ns, p:SimpleNamespace, envs:dict, tmp:Path) -> tuple[list[dict], dict, dict]:
@@ -284,7 +291,7 @@ def _compare_servers(ns, p:SimpleNamespace, envs:dict, tmp:Path) -> tuple[list[d
     import shlex
     rows, versions = [], {}
     cli = vllm_cli(ns.vllm_python) if ns.baseline == "vllm" or "vllm" in ns.client else None
-    argvs = serve_argvs(p.model_dir, p.port, p.name, p.kw, cli if ns.baseline == "vllm" else None)
+    argvs = serve_argvs(p.serve_model, p.port, p.name, p.kw, cli if ns.baseline == "vllm" else None)
     if ns.baseline == "llamacpp": argvs = {"llama.cpp": _llama_server(ns, p)} | argvs
     for engine, argv in argvs.items():  # one server at a time
         print(f"starting {engine}: {shlex.join(argv)}", flush=True)

@@ -18,12 +18,13 @@ from ..kernels import cpu_ops
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SUPPORTED_ARCHITECTURES', 'CustomOp', 'select_ops', 'RMSNorm', 'RotaryEmbedding', 'Attention', 'SiluAndMul', 'MLP',
-           'DecoderLayer', 'LlamaForCausalLM', 'onednn_linear_available', 'PackedLinear', 'prepack_linears',
-           'linear_gflops', 'stacked_name', 'default_weight_loader', 'expected_loads', 'load_weights', 'get_model',
-           'ops_platform', 'save_random_model', 'causal_attention', 'head_partition', 'ColumnParallelLinear',
-           'MergedColumnParallelLinear', 'QKVParallelLinear', 'RowParallelLinear', 'VocabParallelEmbedding',
-           'ParallelLMHead', 'shard_model', 'prepack_lm_head']
+__all__ = ['SUPPORTED_ARCHITECTURES', 'MODEL_LOADERS', 'CustomOp', 'select_ops', 'RMSNorm', 'RotaryEmbedding', 'Attention',
+           'SiluAndMul', 'MLP', 'DecoderLayer', 'LlamaForCausalLM', 'onednn_linear_available', 'PackedLinear',
+           'prepack_linears', 'linear_gflops', 'stacked_name', 'default_weight_loader', 'expected_loads',
+           'load_weights', 'get_model', 'materialize', 'finalize', 'ops_platform', 'save_random_model',
+           'causal_attention', 'head_partition', 'ColumnParallelLinear', 'MergedColumnParallelLinear',
+           'QKVParallelLinear', 'RowParallelLinear', 'VocabParallelEmbedding', 'ParallelLMHead', 'shard_model',
+           'prepack_lm_head']
 
 # %% ../../nbs/06_models.ipynb #3231e742
 class CustomOp(nn.Module):
@@ -323,23 +324,35 @@ def load_weights(model:LlamaForCausalLM, path:Path):
         raise ValueError(f"weights missing from {path}: {missing[:5]}")
 
 # %% ../../nbs/06_models.ipynb #aa64d911
+MODEL_LOADERS = {}  # quantization -> a function (vllm_config) -> model that reads such checkpoints (29_gguf adds 'gguf')
+
 def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
     "The model of `vllm_config` (this rank's shard of it when `tp` has several ranks), weights loaded, on its device and dtype, in eval mode."
     cfg = vllm_config.hf_config
     archs = getattr(cfg, "architectures", None) or []
     if not any(a in SUPPORTED_ARCHITECTURES for a in archs):
         raise ValueError(f"model architecture {archs} is not supported (supported: {sorted(SUPPORTED_ARCHITECTURES)})")
+    if (q := getattr(vllm_config, "quantization", None)) is not None:
+        if q not in MODEL_LOADERS: raise ValueError(f"quantization {q!r} has no model loader (registered: {sorted(MODEL_LOADERS)})")
+        return MODEL_LOADERS[q](vllm_config)
     sharded = tp is not None and tp.world_size > 1
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg, max_positions=vllm_config.max_model_len)
         if sharded: shard_model(model, tp)  # this rank's parallel layers (see "Tensor parallelism" below)
-    model = model.to_empty(device="cpu")
-    # the rope tables were on meta: rebuild them for real
-    head_dim = model.layers[0].self_attn.head_dim
-    rope = RotaryEmbedding(cfg, head_dim, vllm_config.max_model_len)
-    for layer in model.layers: layer.self_attn.rope = rope
+    model = materialize(model, vllm_config)
     if cfg.tie_word_embeddings: model.lm_head.weight = model.embed_tokens.weight
     load_weights(model, vllm_config.model_path)  # each parallel layer reads its slice; the rest whole
+    return finalize(model, vllm_config, sharded)
+
+def materialize(model:LlamaForCausalLM, vllm_config) -> LlamaForCausalLM:
+    "A model built on the meta device given real (empty) CPU tensors and its rope tables rebuilt (they were on meta too)."
+    model = model.to_empty(device="cpu")
+    rope = RotaryEmbedding(model.config, model.layers[0].self_attn.head_dim, vllm_config.max_model_len)
+    for layer in model.layers: layer.self_attn.rope = rope
+    return model
+
+def finalize(model:LlamaForCausalLM, vllm_config, sharded:bool=False) -> LlamaForCausalLM:
+    "A loaded model moved to its device and dtype, in eval mode, its CPU linears packed and its ops chosen."
     model = model.to(device=vllm_config.device, dtype=vllm_config.dtype).eval()
     prepack_linears(model)  # CPU: oneDNN's blocked weights (a no-op on CUDA, or where oneDNN is missing)
     if sharded: prepack_lm_head(model)  # the parallel LM head is not an nn.Linear: packed apart
