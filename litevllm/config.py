@@ -162,7 +162,7 @@ def is_gguf_file(model) -> bool:
 
 def gguf_model_folder(gguf_path:Path) -> Path:
     "A cached folder with the config, generation config and tokenizer of a GGUF file (no weights: they stay in the file)."
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers import AutoConfig, GenerationConfig
     p = Path(gguf_path).expanduser().resolve()
     st = p.stat()
     key = hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
@@ -173,13 +173,31 @@ def gguf_model_folder(gguf_path:Path) -> Path:
         raise ValueError(f"model: GGUF architecture {config.model_type!r} is not supported (supported: {sorted(_GGUF_ARCHITECTURES)})")
     config.architectures = [_GGUF_ARCHITECTURES[config.model_type]]
     if hasattr(config, "quantization_config"): del config.quantization_config
+    import gguf  # transformers 5.23 leaves Qwen3's head size at its default (128): the file's own, where it says
+    fields = gguf.GGUFReader(str(p)).fields
+    if (key := f"{config.model_type}.attention.key_length") in fields: config.head_dim = int(fields[key].contents())
+    tok = _gguf_tokenizer_folder(p, fields)
     tmp = Path(tempfile.mkdtemp(dir=_mkdir(out.parent), prefix=".tmp-"))
     try:
+        shutil.copytree(tok, tmp, dirs_exist_ok=True)
         config.save_pretrained(tmp)
         GenerationConfig.from_model_config(config).save_pretrained(tmp)
-        AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name).save_pretrained(tmp)
         try: tmp.rename(out)
         except OSError: pass  # another process made it first
+    finally: shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+def _gguf_tokenizer_folder(p:Path, fields) -> Path:
+    "The tokenizer a GGUF file carries, converted by transformers once per distinct tokenizer (~7 s for 49k tokens) and cached."
+    from transformers import AutoTokenizer
+    key = hashlib.sha256(repr([(k, fields[k].contents()) for k in sorted(fields) if k.startswith("tokenizer.")]).encode()).hexdigest()[:16]
+    out = cache_dir()/"gguf-tokenizers"/key
+    if (out/"tokenizer_config.json").exists(): return out
+    tmp = Path(tempfile.mkdtemp(dir=_mkdir(out.parent), prefix=".tmp-"))
+    try:
+        AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name).save_pretrained(tmp)
+        try: tmp.rename(out)
+        except OSError: pass
     finally: shutil.rmtree(tmp, ignore_errors=True)
     return out
 
