@@ -187,6 +187,7 @@ def gguf_model_folder(gguf_path:Path) -> Path:
     finally: shutil.rmtree(tmp, ignore_errors=True)
     return out
 
+# %% ../nbs/00b_config.ipynb #2184de09
 def _gguf_tokenizer_folder(p:Path, fields) -> Path:
     "The tokenizer a GGUF file carries, converted by transformers once per distinct tokenizer (~7 s for 49k tokens) and cached."
     from transformers import AutoTokenizer
