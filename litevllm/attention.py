@@ -54,11 +54,14 @@ def profile_peak_memory(model, vllm_config) -> int:
     return peak
 
 # %% ../nbs/07_attention.ipynb #8a6acf0a
-def determine_num_blocks(vllm_config, model=None, kv_config=None) -> int:
+def determine_num_blocks(vllm_config, model=None, kv_config=None,
+                         per_block:int|None=None,           # bytes a block takes (default: K and V of every layer, from kv_config)
+                         blocks_per_request:int|None=None,  # blocks a max_model_len request holds (default: every layer's whole context)
+                         ) -> int:
     "The number of KV blocks for this config and machine (on CUDA, from a profiling run of `model` when given); `kv_config`: the KV heads this rank holds (tensor parallelism), else the model's."
     c = vllm_config
     if c.num_gpu_blocks_override: return c.num_gpu_blocks_override
-    per_block = kv_cache_bytes_per_block(kv_config or c.hf_config, c.block_size, kv_cache_dtype(c))
+    per_block = per_block or kv_cache_bytes_per_block(kv_config or c.hf_config, c.block_size, kv_cache_dtype(c))
     if c.kv_cache_memory_bytes: budget = c.kv_cache_memory_bytes
     elif c.device.type == "cuda" and model is not None:
         # vLLM's rule: the engine may use total × gpu_memory_utilization; the KV pool gets what the weights, the peak
@@ -72,7 +75,7 @@ def determine_num_blocks(vllm_config, model=None, kv_config=None) -> int:
         budget = int(total * c.gpu_memory_utilization) - (total - free) - 512 * 2**20
     else: budget = 2 * 2**30
     # no point in more blocks than max_num_seqs requests of max_model_len tokens can use
-    cap = c.max_num_seqs * cdiv(c.max_model_len, c.block_size)
+    cap = c.max_num_seqs * (blocks_per_request or cdiv(c.max_model_len, c.block_size))
     n = min(budget // per_block, cap)
     if n < 1: raise ValueError(f"not enough memory for a single KV block ({per_block} bytes): raise gpu_memory_utilization "
                                "or lower max_num_batched_tokens")
@@ -160,17 +163,22 @@ def plot_slots(md:AttentionMetadata, block_size:int, num_blocks:int, ax=None):
 class TorchAttentionBackend:
     "Paged attention in plain torch, one request at a time: the reference every other backend is tested against."
     name = "torch"
-    def __init__(self, kv_caches, block_size:int, scale:float):
-        self.kv_caches, self.block_size, self.scale = kv_caches, block_size, scale
+    def __init__(self, kv_caches, block_size:int, scale:float,
+                 sliding_window:int|None=None):  # a local layer's window: a query sees its last `sliding_window` keys; None: all
+        self.kv_caches, self.block_size, self.scale, self.sliding_window = kv_caches, block_size, scale, sliding_window
         self.md, self.plans = None, []
 
     def plan(self, row:int, q_len:int, seq_len:int, table:torch.Tensor) -> tuple:
-        "One request's share of the step: its first row in the flat batch, its blocks, and its causal mask."
-        mask = None  # no cached prefix: plain causal attention
-        if seq_len > q_len:  # query i (at position seq_len - q_len + i) sees keys j <= seq_len - q_len + i
+        "One request's share of the step: its first row in the flat batch, the blocks it reads, the keys' count, its mask."
+        W, bs = self.sliding_window if (self.sliding_window or seq_len) < seq_len else None, self.block_size
+        first = max(0, seq_len - q_len - W + 1) // bs if W else 0  # blocks wholly before the first query's window: not read
+        mask = None  # no cached prefix, no window: plain causal attention
+        if seq_len > q_len or W:  # query i (at position seq_len - q_len + i) sees keys j <= its position (and > position - W)
             dev = table.device
-            mask = torch.arange(seq_len, device=dev)[None, :] <= (seq_len - q_len + torch.arange(q_len, device=dev))[:, None]
-        return row, q_len, seq_len, table[:cdiv(seq_len, self.block_size)].long(), mask
+            k_pos = torch.arange(first * bs, seq_len, device=dev)[None, :]
+            q_pos = (seq_len - q_len + torch.arange(q_len, device=dev))[:, None]
+            mask = (k_pos <= q_pos) & (k_pos > q_pos - W) if W else k_pos <= q_pos
+        return row, q_len, seq_len - first * bs, table[first:cdiv(seq_len, bs)].long(), mask
 
     def prepare(self, md:AttentionMetadata):
         "Plan every request of the step once; every layer reuses the plans."
@@ -198,8 +206,8 @@ def store(self:TorchAttentionBackend, layer_idx:int, k, v):
 
 @patch
 def attend(self:TorchAttentionBackend, q, k_cache, v_cache, plan):
-    "One request's attention over its whole context: q (q_len, H, D) -> (q_len, H, D)."
-    row, q_len, seq_len, blocks, mask = plan
+    "One request's attention over its context (its window's blocks): q (q_len, H, D) -> (q_len, H, D)."
+    row, q_len, seq_len, blocks, mask = plan  # seq_len: the keys in `blocks`
     kp = k_cache.index_select(0, blocks).flatten(0, 1)[:seq_len].transpose(0, 1)  # (kv_heads, seq_len, head_dim)
     vp = v_cache.index_select(0, blocks).flatten(0, 1)[:seq_len].transpose(0, 1)
     # 4-d (a batch of one): with 3-d inputs torch's CPU SDPA takes its slow math path instead of the flash kernel
@@ -213,8 +221,9 @@ class SDPAAttentionBackend(TorchAttentionBackend):
     "Paged attention on CPU with torch only: a float32 cache; decode requests in groups of similar context length, one SDPA call per group."
     name = "sdpa"
     def __init__(self, kv_caches, block_size:int, scale:float,
-                 group_size:int=8):  # decode requests per group: fewer means less padding, more calls
-        super().__init__(kv_caches, block_size, scale)
+                 group_size:int=8,  # decode requests per group: fewer means less padding, more calls
+                 sliding_window:int|None=None):
+        super().__init__(kv_caches, block_size, scale, sliding_window)
         self.group_size, self.groups = group_size, []
 
     def prepare(self, md:AttentionMetadata):
@@ -243,7 +252,8 @@ def group(self:SDPAAttentionBackend, rows, seq_lens, tables) -> tuple:
     dev = tables.device
     nblk = cdiv(int(seq_lens.max()), self.block_size)
     L = nblk * self.block_size
-    valid = torch.arange(L, device=dev)[None, :] < torch.as_tensor(seq_lens, device=dev)[:, None]  # (n, L)
+    k_pos, sl = torch.arange(L, device=dev)[None, :], torch.as_tensor(seq_lens, device=dev)[:, None]
+    valid = (k_pos < sl) & (k_pos >= sl - self.sliding_window) if self.sliding_window else k_pos < sl  # (n, L)
     return torch.as_tensor(rows, device=dev), tables[:, :nblk].long().flatten(), L, valid[:, None, None, :]
 
 @patch
@@ -266,7 +276,7 @@ class CPUAttentionBackend(TorchAttentionBackend):
         md, check = self.md, not self.checked  # the inputs are checked in the step's first layer: every layer's look alike
         self.checked = store_kv_cache(k, v, k_cache, v_cache, md.slot_mapping, check=check)  # False: it fell back to torch
         return cpu_paged_attention(q, k_cache, v_cache, md.block_tables, md.seq_lens, md.query_start_loc,
-                                   md.max_query_len, self.scale, check=check)
+                                   md.max_query_len, self.scale, check=check, sliding_window=self.sliding_window)
 
 # %% ../nbs/07_attention.ipynb #6f41ff63
 class TritonAttentionBackend(TorchAttentionBackend):
@@ -279,12 +289,11 @@ class TritonAttentionBackend(TorchAttentionBackend):
         k_cache, v_cache = self.kv_caches[layer_idx]
         md = self.md
         store_kvcache(k, v, k_cache, v_cache, md.slot_mapping)
-        return paged_attention(q, k_cache, v_cache, md.block_tables, md.seq_lens, md.query_start_loc, md.max_query_len, self.scale)
+        return paged_attention(q, k_cache, v_cache, md.block_tables, md.seq_lens, md.query_start_loc, md.max_query_len, self.scale,
+                               sliding_window=self.sliding_window)
 
-def get_attention_backend(name:str, kv_caches, block_size:int, scale:float):
-    "The backend called `name` (cpu, sdpa, torch or triton)."
-    if name == "cpu": return CPUAttentionBackend(kv_caches, block_size, scale)
-    if name == "sdpa": return SDPAAttentionBackend(kv_caches, block_size, scale)
-    if name == "torch": return TorchAttentionBackend(kv_caches, block_size, scale)
-    if name == "triton": return TritonAttentionBackend(kv_caches, block_size, scale)
+def get_attention_backend(name:str, kv_caches, block_size:int, scale:float, sliding_window:int|None=None):
+    "The backend called `name` (cpu, sdpa, torch or triton), for layers of this window (None: full attention)."
+    cls = dict(cpu=CPUAttentionBackend, sdpa=SDPAAttentionBackend, torch=TorchAttentionBackend, triton=TritonAttentionBackend).get(name)
+    if cls is not None: return cls(kv_caches, block_size, scale, sliding_window=sliding_window)
     raise ValueError(f"attention_backend must be cpu, sdpa, torch or triton, got {name!r}")

@@ -20,11 +20,12 @@ from .platforms import cache_dir, cdiv
 logger = logging.getLogger("litevllm")
 
 # %% auto #0
-__all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'KV_ROLES', 'KV_PRODUCERS', 'KV_CONSUMERS', 'PLUGIN_GROUP',
-           'EngineArgs', 'default_gguf_path', 'convert_gguf_to_hf', 'is_gguf_file', 'gguf_model_folder',
-           'default_model_path', 'resolve_model', 'ParallelConfig', 'SpeculativeConfig', 'KVTransferConfig',
-           'VllmConfig', 'check_no_sliding_window', 'check_quantization', 'get_head_size', 'cpu_attention_unsupported',
-           'resolve_attention_backend', 'load_general_plugins']
+__all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'KV_ROLES', 'KV_PRODUCERS', 'KV_CONSUMERS',
+           'SLIDING_WINDOW_SUPPORT', 'PLUGIN_GROUP', 'EngineArgs', 'default_gguf_path', 'convert_gguf_to_hf',
+           'is_gguf_file', 'gguf_model_folder', 'default_model_path', 'resolve_model', 'ParallelConfig',
+           'SpeculativeConfig', 'KVTransferConfig', 'VllmConfig', 'layer_sliding_windows', 'check_no_sliding_window',
+           'check_quantization', 'get_head_size', 'cpu_attention_unsupported', 'resolve_attention_backend',
+           'load_general_plugins']
 
 # %% ../nbs/00b_config.ipynb #bb528d3b
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -391,14 +392,25 @@ class VllmConfig:
         raise AttributeError(name)
 
 # %% ../nbs/00b_config.ipynb #0304233b
-def check_no_sliding_window(cfg, max_model_len:int):
-    "ValueError naming the field if a layer would attend through a window shorter than `max_model_len` (not supported yet)."
-    if getattr(cfg, "use_sliding_window", True) is False: return  # Qwen2/Qwen3/SmolLM3: a window only when switched on
+def layer_sliding_windows(cfg, max_model_len:int) -> list[int|None]:
+    "Each layer's attention window (None: full attention); a window as long as the context is full attention."
+    n = cfg.num_hidden_layers
+    if getattr(cfg, "use_sliding_window", True) is False: return [None] * n  # Qwen2/Qwen3/SmolLM3: a window only when switched on
     sw, types = getattr(cfg, "sliding_window", None), getattr(cfg, "layer_types", None)
-    if types is not None and "sliding_attention" not in types: return
-    if sw and sw < max_model_len:  # a window as long as the context is full attention (Mistral's 4096 with max_model_len <= 4096)
-        raise ValueError(f"sliding_window: the model attends through a window of {sw} tokens, which litevllm does not support yet; "
-                         f"pass max_model_len <= {sw} (the window then covers every position)")
+    if not sw or sw >= max_model_len: return [None] * n  # Mistral's 4096 with max_model_len <= 4096: full attention
+    if types is None: return [sw] * n                    # Mistral: every layer
+    return [sw if t == "sliding_attention" else None for t in types]
+
+SLIDING_WINDOW_SUPPORT = []  # Part II's hybrid KV cache (30_hybrid_kv_cache) adds its check (cfg, args): windows served, not refused
+
+def check_no_sliding_window(cfg, max_model_len:int, args=None):
+    "ValueError naming the field if a layer attends through a window shorter than `max_model_len` and nothing here serves it."
+    if not any(layer_sliding_windows(cfg, max_model_len)): return
+    load_general_plugins()  # (below) Part II's hybrid KV cache registers its check
+    if SLIDING_WINDOW_SUPPORT: return SLIDING_WINDOW_SUPPORT[0](cfg, args)
+    sw = cfg.sliding_window
+    raise ValueError(f"sliding_window: the model attends through a window of {sw} tokens, which needs Part II's hybrid KV cache; "
+                     f"pass max_model_len <= {sw} (the window then covers every position)")
 
 
 # %% ../nbs/00b_config.ipynb #f0dab7fb
@@ -426,7 +438,7 @@ def create_engine_config(self:EngineArgs, usage_context:str|None=None) -> VllmCo
     max_model_len = self.max_model_len or max_pos
     if max_model_len > max_pos:
         raise ValueError(f"max_model_len ({max_model_len}) is larger than the model's max_position_embeddings ({max_pos})")
-    check_no_sliding_window(hf_config, max_model_len)
+    check_no_sliding_window(hf_config, max_model_len, self)
     if self.max_num_batched_tokens is not None: budget = self.max_num_batched_tokens
     elif not self.enable_chunked_prefill: budget = max(max_model_len, 2048)
     elif device.type == "cpu" and str(usage_context).lower().endswith("openai_api_server"):

@@ -312,3 +312,14 @@ def free(self:KVCacheManager, request:Request):
 def reset_prefix_cache(self:KVCacheManager) -> bool:
     "Forget all cached blocks; False (and nothing done) while blocks are in use."
     return self.block_pool.reset_prefix_cache()
+
+# %% ../nbs/04_kv_cache.ipynb #5f5532d5
+@patch
+def get_block_ids_by_group(self:KVCacheManager, request_id:str) -> tuple[list[int], ...]:
+    "The request's block ids as the runner takes them: one list per KV cache group (here one)."
+    return (self.get_block_ids(request_id),)
+
+@patch
+def new_block_ids(self:KVCacheManager, new_blocks:list[KVCacheBlock]) -> tuple[list[int], ...]:
+    "`allocate_slots`' new blocks as the runner takes them: their ids, one list per group."
+    return ([b.block_id for b in new_blocks],)

@@ -32,7 +32,7 @@ class CachedRequestState:
     prompt_token_ids: list[int]
     sampling_params: object
     generator: torch.Generator|None
-    block_ids: list[int]
+    block_ids: tuple[list[int], ...]  # one list per KV cache group
     num_computed_tokens: int
     eos_token_id: int|None
     output_token_ids: list[int] = field(default_factory=list)
@@ -67,18 +67,30 @@ class ModelRunner:
         self.model = get_model(c, self.tp)  # this rank's shard
         self._init_lora()  # Part II: adapters' slots around the model's linears
         self.vocab_size = c.hf_config.vocab_size
-        self.num_blocks = self.tp.min(determine_num_blocks(c, self.model, self._kv_cache_config()), c.device)  # each rank's budget, its own KV heads (on CUDA: after a profiling run); every rank the same
-        self.num_blocks = self._kv_blocks_left(self.num_blocks)  # Part II: a draft model's cache takes its share
-        self.kv_caches = allocate_kv_caches(self._kv_cache_config(), self.num_blocks, c.block_size, kv_cache_dtype(c), c.device,
-                                            c.attention_backend)
-        head_dim = self.model.layers[0].self_attn.head_dim
-        self.attn = get_attention_backend(c.attention_backend, self.kv_caches, c.block_size, head_dim ** -0.5)
+        self._init_kv_cache()  # how many blocks, their tensors, the attention backend (below; Part II: per KV cache group)
         self.sampler = Sampler(torch.Generator(device=c.device).manual_seed(c.seed))
         self._init_drafter()  # Part II: the proposer of drafts, and the sampler that checks them
         self._init_kv_connector()  # Part II: the KV connector's worker side, given the caches
         self.requests: dict[str, CachedRequestState] = {}
         self.timings: dict[str, float] = {}   # seconds of the last step: prepare, forward, sample
         self.capture_model()                  # CUDA graphs of the decode step (CUDA, Triton backend, not enforce_eager)
+
+# %% ../nbs/09_model_runner.ipynb #32a96b59
+@patch
+def _init_kv_cache(self:ModelRunner):
+    "The KV pool: the number of blocks, one (K, V) pair of tensors per layer, the attention backend over them."
+    c = self.config
+    self.num_blocks = self.tp.min(determine_num_blocks(c, self.model, self._kv_cache_config()), c.device)  # each rank's budget, its own KV heads (on CUDA: after a profiling run); every rank the same
+    self.num_blocks = self._kv_blocks_left(self.num_blocks)  # Part II: a draft model's cache takes its share
+    self.kv_caches = allocate_kv_caches(self._kv_cache_config(), self.num_blocks, c.block_size, kv_cache_dtype(c), c.device,
+                                        c.attention_backend)
+    head_dim = self.model.layers[0].self_attn.head_dim
+    self.attn = get_attention_backend(c.attention_backend, self.kv_caches, c.block_size, head_dim ** -0.5)
+
+@patch
+def _attention_metadata(self:ModelRunner, query_lens, seq_lens, tables:list[tuple[list[int], ...]]) -> AttentionMetadata:
+    "The step's attention metadata from each request's block ids (one group here: its one list)."
+    return build_attention_metadata(query_lens, seq_lens, [t[0] for t in tables], self.block_size, self.device)
 
 # %% ../nbs/09_model_runner.ipynb #f7917c3f
 @patch
@@ -124,12 +136,12 @@ def _update_states(self:ModelRunner, so:SchedulerOutput):
         gen = torch.Generator(device=self.device).manual_seed(sp.seed) if sp.seed is not None and sp.sampling_type != "greedy" else None
         emb = r.prompt_embeds
         if emb is not None: emb = emb.to(self.device, self.config.dtype)  # once: kept for every chunk and a recompute after preemption
-        self.requests[r.req_id] = CachedRequestState(r.req_id, r.prompt_token_ids, sp, gen, list(r.block_ids), r.num_computed_tokens,
+        self.requests[r.req_id] = CachedRequestState(r.req_id, r.prompt_token_ids, sp, gen, tuple(map(list, r.block_ids)), r.num_computed_tokens,
                                                      r.eos_token_id, prompt_embeds=emb)
     c = so.scheduled_cached_reqs
     for rid, resumed, blocks, n, num_out in zip(c.req_ids, c.resumed_from_preemption, c.new_block_ids, c.num_computed_tokens, c.num_output_tokens):
         st = self.requests[rid]
-        st.block_ids = list(blocks) if resumed else st.block_ids + list(blocks)
+        st.block_ids = tuple(map(list, blocks)) if resumed else tuple(a + list(b) for a, b in zip(st.block_ids, blocks))  # per group
         st.num_computed_tokens = n
         if (extra := len(st.output_token_ids) - num_out) > 0:  # tokens the scheduler dropped (a KV load that failed: Part II)
             del st.output_token_ids[num_out:], st.token_ids[-extra:]
@@ -172,7 +184,7 @@ def _prepare_inputs(self:ModelRunner, so:SchedulerOutput) -> InputBatch:
         offset += n
     dev = self.device
     return InputBatch(torch.tensor(ids, dtype=torch.int64, device=dev), torch.from_numpy(np.concatenate(pos)).to(dev),
-                      build_attention_metadata(qlens, slens, tables, self.block_size, dev), sample_rows, sample_ids, drafts, plp,
+                      self._attention_metadata(qlens, slens, tables), sample_rows, sample_ids, drafts, plp,
                       torch.from_numpy(np.concatenate(erows)).to(dev) if erows else None, torch.cat(eparts) if eparts else None)
 
 # %% ../nbs/09_model_runner.ipynb #44350cd9

@@ -240,5 +240,5 @@ def _propose_drafts(self:ModelRunner, so:SchedulerOutput, sample_ids:list[str], 
         st = self.requests[rid]
         if st.prompt_embeds is not None: continue
         a = starts[rid]  # the draft reads what the target kept: a prefill chunk, or (sampling) up to and with the new token
-        feeds.append((st.token_ids[a:] if rid in sampled else st.token_ids[a:a + n], a, st.block_ids, rid in sampled)); rids.append(rid)
+        feeds.append((st.token_ids[a:] if rid in sampled else st.token_ids[a:a + n], a, st.block_ids[0], rid in sampled)); rids.append(rid)
     return {r: d for r, d, f in zip(rids, self.drafter.propose(feeds), feeds) if f[3]}

@@ -139,6 +139,7 @@ def cpu_paged_attention(
     scale:float,
     out:torch.Tensor|None=None,    # [num_tokens, num_heads, head_dim], written if given
     check:bool=True,               # False: the caller checked these inputs already (the engine: once per step, not per layer)
+    sliding_window:int|None=None,  # each query sees only its last `sliding_window` keys (itself included); None: all
 )->torch.Tensor:
     "Causal paged attention over each request's cached context, on CPU, in one call for the whole batch."
     out = torch.empty(q.shape, dtype=q.dtype) if out is None else out
@@ -150,7 +151,7 @@ def cpu_paged_attention(
                                     P(v_cache.data_ptr()), P(out.data_ptr()), P(block_tables.data_ptr()),
                                     ctypes.c_int64(block_tables.stride(0)), P(seq_lens.data_ptr()),
                                     P(query_start_loc.data_ptr()), len(seq_lens), q.shape[1], k_cache.shape[1],
-                                    q.shape[2], k_cache.shape[-1], ctypes.c_float(scale))
+                                    q.shape[2], k_cache.shape[-1], ctypes.c_float(scale), int(sliding_window or 0))
     if rc != 0: raise ValueError(f"unsupported shape: {q.shape[1]} heads over {k_cache.shape[1]} kv heads")
     return out
 

@@ -60,6 +60,7 @@ def paged_attention_ref(
     max_query_len:int,             # max over b of the query lengths (unused here: kept for the shared signature)
     scale:float,                   # softmax scale, usually head_dim ** -0.5
     out:torch.Tensor|None=None,    # [num_tokens, num_heads, head_dim], written if given
+    sliding_window:int|None=None,  # each query sees only its last `sliding_window` keys (itself included); None: all
 )->torch.Tensor:
     "Torch reference: gather each request's K/V through its block table, repeat for GQA, causal softmax in fp32."
     num_heads, head_dim = q.shape[1:]
@@ -76,7 +77,8 @@ def paged_attention_ref(
         k, v = k.repeat_interleave(group, dim=1).float(), v.repeat_interleave(group, dim=1).float()  # (seq_len, heads, head_dim)
         scores = torch.einsum("qhd,khd->hqk", q[s:e].float(), k) * scale  # (heads, q_len, seq_len)
         q_pos = torch.arange(seq_len - (e - s), seq_len, device=q.device)[:, None]  # (q_len, 1)
-        scores.masked_fill_(torch.arange(seq_len, device=q.device)[None, :] > q_pos, float("-inf"))
+        k_pos = torch.arange(seq_len, device=q.device)[None, :]
+        scores.masked_fill_((k_pos > q_pos) | (k_pos <= q_pos - (sliding_window or seq_len + 1)), float("-inf"))
         out[s:e] = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).to(q.dtype)  # (q_len, heads, head_dim)
     return out
 
@@ -138,6 +140,7 @@ def _paged_decode_kernel(
     stride_qb, stride_qh, stride_ob, stride_oh,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
     tokens_per_split,
+    window,         # sliding window (> 0): the query sees keys seq_len - window ..; 0: every key
     GROUP:tl.constexpr, BLOCK_G:tl.constexpr, HEAD_DIM:tl.constexpr, HEAD_DIM_PADDED:tl.constexpr, BLOCK_SIZE:tl.constexpr,
     BLOCK_N:tl.constexpr, NUM_SPLITS:tl.constexpr, UPCAST:tl.constexpr, DOT_PRECISION:tl.constexpr,
 ):
@@ -155,14 +158,15 @@ def _paged_decode_kernel(
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, HEAD_DIM_PADDED], tl.float32)
     bt_row = block_tables_ptr + b.to(tl.int64) * stride_bt
-    for n0 in range(start, end, BLOCK_N):
+    lo = tl.maximum(seq_len - window, 0) if window > 0 else 0  # the first key in the window
+    for n0 in range(tl.maximum(start, lo // BLOCK_N * BLOCK_N), end, BLOCK_N):  # tiles wholly before the window: skipped
         pos = n0 + offs_n  # (BLOCK_N,) key positions of this tile
-        n_mask = pos < end
+        n_mask = (pos < end) & (pos >= lo)
         k, v = _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, d_mask, stride_kb, stride_ks, stride_kh,
                              stride_vb, stride_vs, stride_vh, BLOCK_SIZE, UPCAST)  # (BLOCK_N, HEAD_DIM_PADDED) each
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2e  # (BLOCK_G, BLOCK_N)
         s = tl.where(n_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: the tile holds at least one position < end
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: the tile holds at least one position in lo..end-1
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -222,8 +226,9 @@ def paged_decode_attention(
     block_n:int|None=None,        # key positions per tile (tuning; default _BLOCK_N)
     num_warps:int|None=None,      # warps per program (tuning; default _DECODE_WARPS)
     num_stages:int|None=None,     # software-pipelining depth of the tile loop (tuning; default: Triton's)
+    sliding_window:int|None=None, # each query sees only its last `sliding_window` keys (itself included); None: all
 )->torch.Tensor:
-    "Triton decode: each request's single query token attends to its `seq_lens[b]` cached positions."
+    "Triton decode: each request's single query token attends to its `seq_lens[b]` cached positions (its window's)."
     _check_inputs(q, k_cache, v_cache, block_tables, seq_lens, out)
     B, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1:3]
@@ -243,7 +248,7 @@ def paged_decode_attention(
     _paged_decode_kernel[(B, num_kv_heads, num_splits)](
         acc, m, l, q, k_cache, v_cache, block_tables, seq_lens, scale * _LOG2E,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0), tokens_per_split,
+        *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0), tokens_per_split, int(sliding_window or 0),
         GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         HEAD_DIM_PADDED=_head_dim_padded(head_dim), BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, UPCAST=upcast, DOT_PRECISION=precision,
         num_warps=num_warps or _DECODE_WARPS, **({} if num_stages is None else dict(num_stages=num_stages)))
@@ -260,9 +265,10 @@ def _paged_prefill_kernel(
     scale_log2e,    # softmax scale × log2(e)
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
+    window,         # sliding window (with SLIDING): row q sees keys q - window + 1 .. q
     GROUP:tl.constexpr, BLOCK_G:tl.constexpr, BLOCK_Q:tl.constexpr, HEAD_DIM:tl.constexpr, HEAD_DIM_PADDED:tl.constexpr,
     BLOCK_SIZE:tl.constexpr,
-    BLOCK_N:tl.constexpr, UPCAST:tl.constexpr, DOT_PRECISION:tl.constexpr,
+    BLOCK_N:tl.constexpr, UPCAST:tl.constexpr, DOT_PRECISION:tl.constexpr, SLIDING:tl.constexpr,
 ):
     qt, kvh, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_start = tl.load(query_start_loc_ptr + b)
@@ -285,14 +291,19 @@ def _paged_prefill_kernel(
     l_i = tl.zeros([BLOCK_Q * BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_Q * BLOCK_G, HEAD_DIM_PADDED], tl.float32)
     bt_row = block_tables_ptr + b.to(tl.int64) * stride_bt
-    for n0 in range(0, kv_end, BLOCK_N):
+    kv_start = 0
+    if SLIDING: kv_start = tl.maximum(context_len + qt * BLOCK_Q - window + 1, 0) // BLOCK_N * BLOCK_N  # the tile's first row's window
+    for n0 in range(kv_start, kv_end, BLOCK_N):
         pos = n0 + offs_n  # (BLOCK_N,)
         n_mask = pos < kv_end
         k, v = _load_kv_tile(k_cache_ptr, v_cache_ptr, bt_row, pos, n_mask, kvh, offs_d, d_mask, stride_kb, stride_ks, stride_kh,
                              stride_vb, stride_vs, stride_vh, BLOCK_SIZE, UPCAST)  # (BLOCK_N, HEAD_DIM_PADDED) each
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2e  # (BLOCK_M, BLOCK_N)
-        s = tl.where(n_mask[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: position 0 is in the first tile and every row sees it
+        seen = n_mask[None, :] & (pos[None, :] <= q_pos[:, None])
+        if SLIDING: seen = seen & (pos[None, :] > q_pos[:, None] - window)
+        s = tl.where(seen, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite without a window: position 0 is in the first tile and every row sees it
+        if SLIDING: m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that sees nothing of this tile yet: adds 0
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -313,6 +324,7 @@ def paged_prefill_attention(
     max_query_len:int,             # max over b of query_start_loc[b+1] - query_start_loc[b]
     scale:float,                   # softmax scale
     out:torch.Tensor|None=None,    # [num_tokens, num_heads, head_dim], written if given
+    sliding_window:int|None=None,  # each query sees only its last `sliding_window` keys (itself included); None: all
 )->torch.Tensor:
     "Triton varlen prefill/extend: causal attention of each request's query tokens over its cached prefix and themselves."
     _check_inputs(q, k_cache, v_cache, block_tables, seq_lens, out)
@@ -328,10 +340,10 @@ def paged_prefill_attention(
     _paged_prefill_kernel[(triton.cdiv(max_query_len, block_q), num_kv_heads, seq_lens.shape[0])](
         out, q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale * _LOG2E,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
+        *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0), int(sliding_window or 0),
         GROUP=group, BLOCK_G=block_g, BLOCK_Q=block_q, HEAD_DIM=head_dim, HEAD_DIM_PADDED=_head_dim_padded(head_dim),
         BLOCK_SIZE=block_size, BLOCK_N=_BLOCK_N,
-        UPCAST=upcast, DOT_PRECISION=precision, num_warps=4)
+        UPCAST=upcast, DOT_PRECISION=precision, SLIDING=bool(sliding_window), num_warps=4)
     return out
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #afa05e55
@@ -345,11 +357,13 @@ def paged_attention(
     max_query_len:int,             # max over b of the query lengths
     scale:float,                   # softmax scale
     out:torch.Tensor|None=None,    # [num_tokens, num_heads, head_dim], written if given
+    sliding_window:int|None=None,  # each query sees only its last `sliding_window` keys (itself included); None: all
 )->torch.Tensor:
     "Triton paged attention of a flat varlen batch: decode kernel when every request has one query token, else prefill."
     if max_query_len == 1 and q.shape[0] == seq_lens.shape[0]:
-        return paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, out=out)
-    return paged_prefill_attention(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, scale, out=out)
+        return paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, out=out, sliding_window=sliding_window)
+    return paged_prefill_attention(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, scale, out=out,
+                                   sliding_window=sliding_window)
 
 # %% ../../kernels_nbs/01_paged_attention.ipynb #ddb3c926
 def measure_copy_bandwidth(nbytes:int=2**30, dtype=torch.bfloat16)->float:

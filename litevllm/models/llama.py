@@ -18,13 +18,13 @@ from ..kernels import cpu_ops
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SUPPORTED_ARCHITECTURES', 'MODEL_LOADERS', 'CustomOp', 'select_ops', 'RMSNorm', 'RotaryEmbedding', 'Attention',
-           'SiluAndMul', 'MLP', 'DecoderLayer', 'LlamaForCausalLM', 'onednn_linear_available', 'PackedLinear',
-           'prepack_linears', 'linear_gflops', 'stacked_name', 'default_weight_loader', 'expected_loads',
-           'load_weights', 'get_model', 'materialize', 'finalize', 'ops_platform', 'save_random_model',
-           'causal_attention', 'head_partition', 'ColumnParallelLinear', 'MergedColumnParallelLinear',
-           'QKVParallelLinear', 'RowParallelLinear', 'VocabParallelEmbedding', 'ParallelLMHead', 'shard_model',
-           'prepack_lm_head']
+__all__ = ['SUPPORTED_ARCHITECTURES', 'MODEL_LOADERS', 'MODEL_CLASSES', 'CustomOp', 'select_ops', 'RMSNorm', 'RotaryEmbedding',
+           'Attention', 'SiluAndMul', 'MLP', 'DecoderLayer', 'LlamaForCausalLM', 'onednn_linear_available',
+           'PackedLinear', 'prepack_linears', 'linear_gflops', 'stacked_name', 'default_weight_loader',
+           'expected_loads', 'load_weights', 'get_model', 'materialize', 'finalize', 'ops_platform',
+           'save_random_model', 'causal_attention', 'head_partition', 'ColumnParallelLinear',
+           'MergedColumnParallelLinear', 'QKVParallelLinear', 'RowParallelLinear', 'VocabParallelEmbedding',
+           'ParallelLMHead', 'shard_model', 'prepack_lm_head']
 
 # %% ../../nbs/06_models.ipynb #3231e742
 class CustomOp(nn.Module):
@@ -85,7 +85,8 @@ class RotaryEmbedding(CustomOp):
             inv_freq, scale = 1.0 / (p["rope_theta"] ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim)), 1.0
         else:
             from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-            inv_freq, scale = ROPE_INIT_FUNCTIONS[p["rope_type"]](config, "cpu")
+            with torch.device("cpu"): inv_freq, scale = ROPE_INIT_FUNCTIONS[p["rope_type"]](config, "cpu")
+            inv_freq = inv_freq.to(torch.empty(0).device)  # on the meta device when the model is made there (its tables come at load)
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float), inv_freq.float())  # (positions, head_dim/2)
         emb = torch.cat((freqs, freqs), dim=-1)                                                 # (positions, head_dim)
         self.register_buffer("cos", emb.cos() * scale, persistent=False)
@@ -193,6 +194,11 @@ class LlamaForCausalLM(nn.Module):
         if config.tie_word_embeddings: self.lm_head.weight = self.embed_tokens.weight
 
     def embed_input_ids(self, input_ids): return self.embed_tokens(input_ids)  # (tokens,) -> (tokens, hidden)
+
+    def set_rope(self, max_positions:int):
+        "Rebuild the rope tables every layer shares (a model made on the meta device has none)."
+        rope = RotaryEmbedding(self.config, self.layers[0].self_attn.head_dim, max_positions)
+        for layer in self.layers: layer.self_attn.rope = rope
 
     def forward(self, input_ids, positions, attn, inputs_embeds=None):
         "input_ids, positions: (tokens,) -> hidden states (tokens, hidden); `inputs_embeds` (tokens, hidden), if given, in place of the ids' (and overwritten)."
@@ -325,19 +331,21 @@ def load_weights(model:LlamaForCausalLM, path:Path):
 
 # %% ../../nbs/06_models.ipynb #aa64d911
 MODEL_LOADERS = {}  # quantization -> a function (vllm_config) -> model that reads such checkpoints (29_gguf adds 'gguf')
+MODEL_CLASSES = {}  # architecture -> the model class of a family Part II adds (31_gemma3: Gemma3ForCausalLM); else LlamaForCausalLM
 
 def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
     "The model of `vllm_config` (this rank's shard of it when `tp` has several ranks), weights loaded, on its device and dtype, in eval mode."
     cfg = vllm_config.hf_config
     archs = getattr(cfg, "architectures", None) or []
-    if not any(a in SUPPORTED_ARCHITECTURES for a in archs):
-        raise ValueError(f"model architecture {archs} is not supported (supported: {sorted(SUPPORTED_ARCHITECTURES)})")
+    supported = SUPPORTED_ARCHITECTURES | set(MODEL_CLASSES)
+    if not any(a in supported for a in archs):
+        raise ValueError(f"model architecture {archs} is not supported (supported: {sorted(supported)})")
     if (q := getattr(vllm_config, "quantization", None)) is not None:
         if q not in MODEL_LOADERS: raise ValueError(f"quantization {q!r} has no model loader (registered: {sorted(MODEL_LOADERS)})")
         return MODEL_LOADERS[q](vllm_config)
     sharded = tp is not None and tp.world_size > 1
     with torch.device("meta"):
-        model = LlamaForCausalLM(cfg, max_positions=vllm_config.max_model_len)
+        model = next((MODEL_CLASSES[a] for a in archs if a in MODEL_CLASSES), LlamaForCausalLM)(cfg, max_positions=vllm_config.max_model_len)
         if sharded: shard_model(model, tp)  # this rank's parallel layers (see "Tensor parallelism" below)
     model = materialize(model, vllm_config)
     if cfg.tie_word_embeddings: model.lm_head.weight = model.embed_tokens.weight
@@ -347,8 +355,7 @@ def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
 def materialize(model:LlamaForCausalLM, vllm_config) -> LlamaForCausalLM:
     "A model built on the meta device given real (empty) CPU tensors and its rope tables rebuilt (they were on meta too)."
     model = model.to_empty(device="cpu")
-    rope = RotaryEmbedding(model.config, model.layers[0].self_attn.head_dim, vllm_config.max_model_len)
-    for layer in model.layers: layer.self_attn.rope = rope
+    model.set_rope(vllm_config.max_model_len)
     return model
 
 def finalize(model:LlamaForCausalLM, vllm_config, sharded:bool=False) -> LlamaForCausalLM:

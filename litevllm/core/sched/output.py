@@ -20,7 +20,7 @@ class NewRequestData:
     req_id: str
     prompt_token_ids: list[int]
     sampling_params: object
-    block_ids: list[int]
+    block_ids: tuple[list[int], ...]  # one list per KV cache group (Part I's models have one group)
     num_computed_tokens: int
     eos_token_id: int|None = None
     prompt_embeds: torch.Tensor|None = None  # an embeds prompt's (tokens, hidden) input embeddings (its ids are placeholders)
@@ -32,7 +32,7 @@ class CachedRequestData:
     "Requests the model runner knows: new block ids (all of them when resumed after preemption)."
     req_ids: list[str] = field(default_factory=list)
     resumed_from_preemption: list[bool] = field(default_factory=list)
-    new_block_ids: list[list[int]] = field(default_factory=list)
+    new_block_ids: list[tuple[list[int], ...]] = field(default_factory=list)  # per request, one list per KV cache group
     num_computed_tokens: list[int] = field(default_factory=list)
     num_output_tokens: list[int] = field(default_factory=list)  # the runner drops any output token beyond (a KV load that failed: Part II)
 

@@ -33,7 +33,7 @@ class Scheduler:
         if num_blocks * c.block_size < self.max_model_len:
             raise ValueError(f"max_model_len ({self.max_model_len}) is larger than the KV cache can hold "
                              f"({num_blocks} blocks of {c.block_size} tokens): lower max_model_len or give the cache more memory")
-        self.kv_cache_manager = KVCacheManager(num_blocks, c.block_size, c.enable_prefix_caching)
+        self.kv_cache_manager = self._make_kv_cache_manager(num_blocks)  # Part II: a hybrid one for models of several KV cache specs
         self.requests: dict[str, Request] = {}
         self.waiting = create_request_queue(self.policy)
         self.running: list[Request] = []
@@ -76,6 +76,10 @@ def _finish_grammar_errors(self:Scheduler) -> list: "Part II: finish the request
 def get_grammar_bitmask(self:Scheduler, scheduler_output): "Part II: the step's bitmask rows (vLLM's name); None: no grammar."
 
 # %% ../../../nbs/05_scheduler.ipynb #f32f712c
+@patch
+def _make_kv_cache_manager(self:Scheduler, num_blocks:int):
+    "The KV cache manager: one group of full-attention layers (Part II: a hybrid manager when the layers differ)."
+    return KVCacheManager(num_blocks, self.block_size, self.config.enable_prefix_caching)
 @patch
 def _init_kv_connector(self:Scheduler, vllm_config): "Part II: the KV connector's scheduler side, or None."; self.connector = None
 @patch
@@ -131,7 +135,7 @@ class _Step:
     spec: dict[str, list[int]] = field(default_factory=dict)  # scheduled draft tokens (Part II)
     hook_state: dict = field(default_factory=dict)            # what Part II's hooks keep during one step
 
-    def add_cached(self, request:Request, block_ids:list[int], resumed:bool, num_computed:int):
+    def add_cached(self, request:Request, block_ids:tuple[list[int], ...], resumed:bool, num_computed:int):
         c = self.cached
         c.req_ids.append(request.request_id); c.resumed_from_preemption.append(resumed)
         c.new_block_ids.append(block_ids); c.num_computed_tokens.append(num_computed); c.num_output_tokens.append(request.num_output_tokens + request.num_output_placeholders)
@@ -184,7 +188,7 @@ def _schedule_running(self:Scheduler, st:_Step):
         st.num_scheduled[request.request_id] = n
         st.token_budget -= n
         self._schedule_drafts(request, n, st)  # Part II: which of the n tokens are drafts
-        st.add_cached(request, [b.block_id for b in new_blocks], False, request.num_computed_tokens)
+        st.add_cached(request, self.kv_cache_manager.new_block_ids(new_blocks), False, request.num_computed_tokens)
         i += 1
 
 # %% ../../../nbs/05_scheduler.ipynb #7928e236
@@ -238,7 +242,7 @@ def _admit(self:Scheduler, request:Request, st:_Step, num_computed:int, num_ext:
     if request.num_cached_tokens < 0:  # its first admission: how much of it was not computed here
         request.num_cached_tokens = num_computed
         request.num_external_computed_tokens = max(request.num_external_computed_tokens, num_ext)  # (an async load's: set when it parked)
-    block_ids = self.kv_cache_manager.get_block_ids(request.request_id)
+    block_ids = self.kv_cache_manager.get_block_ids_by_group(request.request_id)
     if resumed: st.add_cached(request, block_ids, True, num_computed)
     else: st.new_reqs.append(NewRequestData(request.request_id, request.prompt_token_ids, request.sampling_params, block_ids,
                                             num_computed, request.eos_token_id, request.prompt_embeds, request.lora_request))

@@ -24,10 +24,11 @@ static inline void prefetch_block(const T* kc, const T* vc, int64_t blk, int Hkv
 
 // @section tile-setup
 // One work item: R query rows (query tokens i0..i0+nq of one request x the G query heads of kv head h) against the
-// request's keys, one block at a time. Row r is token i0 + r / G, head h * G + r % G; it sees keys 0..pos[r].
+// request's keys, one block at a time. Row r is token i0 + r / G, head h * G + r % G; it sees keys 0..pos[r], or with a
+// sliding window W > 0 only keys pos[r] - W + 1..pos[r]: blocks wholly before the first row's window are never read.
 template <typename T, int D, int RT>  // RT: rows per tile
 static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out, const int32_t* table, int first_pos, int i0,
-                        int nq, int G, int H, int Hkv, int h, float scale) {
+                        int nq, int G, int H, int Hkv, int h, float scale, int window) {
   constexpr int C = D / VW;  // vectors per row of head_dim
   const int R = nq * G, Rp = (R + RT - 1) / RT * RT, n_keys = first_pos + nq;
   alignas(64) float Q[MAX_ROWS + RT][D];
@@ -42,16 +43,18 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
     m[r] = -1e30f; l[r] = 0.f; pos[r] = first_pos + rr / G;
   }
   vf iota[NB]; for (int j = 0; j < BS; j++) iota[j / VW][j % VW] = j;
-  for (int k = 0; k < AHEAD && k * BS < n_keys; k++) prefetch_block(kc, vc, table[k], Hkv, h, D);
+  const int W = window > 0 ? window : n_keys + 1;                // no window: every earlier key
+  const int kfirst = std::max(0, first_pos - W + 1) / BS * BS;  // the first block any row's window reaches
+  for (int k = 0; kfirst + k * BS < n_keys && k < AHEAD; k++) prefetch_block(kc, vc, table[kfirst / BS + k], Hkv, h, D);
 
 // @section scores
-  for (int k0 = 0; k0 < n_keys; k0 += BS) {
+  for (int k0 = kfirst; k0 < n_keys; k0 += BS) {
     if (k0 + AHEAD * BS < n_keys) prefetch_block(kc, vc, table[k0 / BS + AHEAD], Hkv, h, D);
     const int64_t blk = table[k0 / BS];
     const T* Kb = kc + (blk * Hkv + h) * D * BS;  // K transposed: [D][BS]
     const T* Vb = vc + (blk * Hkv + h) * BS * D;  // V: [BS][D]
     for (int r0 = 0; r0 < Rp; r0 += RT) {
-      if (pos[r0 + RT - 1] < k0) continue;  // causal: no row of the tile sees this block
+      if (pos[r0 + RT - 1] < k0 || pos[r0] - W + 1 >= k0 + BS) continue;  // no row of the tile sees this block
       // partial sums per row and vector of keys: RT * NB * NA >= 8 chains of FMAs in flight, within the registers
       constexpr int NA = VREGS >= 32 ? (RT >= 4 ? 2 : RT == 1 ? 8 : 4) : std::max(1, 8 / (RT * NB));
       vf s[RT][NB], sa[RT][NB][NA];          // scores of the tile's rows for the block's 16 keys, NB vectors each
@@ -69,12 +72,12 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
       vf dm = vf{};                         // each row's change of max (RT <= 4 <= VW lanes)
       float corr[RT], sums[RT];             // what was summed under the old max is rescaled by corr; the block's sums
       for (int t = 0; t < RT; t++) {
-        const int r = r0 + t, lim = std::min(BS, pos[r] + 1 - k0);  // keys of this block that row r sees
+        const int r = r0 + t, lim = std::min(BS, pos[r] + 1 - k0), lo = pos[r] - W + 1 - k0;  // keys lo..lim-1 of this block: row r's
         float mx = m[r];
-        for (int b = 0; b < NB; b++) mx = std::max(mx, hmax(iota[b] < float(lim) ? s[t][b] : -1e30f));  // keys past pos[r]: out
+        for (int b = 0; b < NB; b++) mx = std::max(mx, hmax(iota[b] < float(lim) && iota[b] >= float(lo) ? s[t][b] : -1e30f));  // keys past pos[r] or before the window: out
         vf sum = vf{};
         for (int b = 0; b < NB; b++) {
-          const vf p = iota[b] < float(lim) ? expv(s[t][b] - mx) : vf{};
+          const vf p = iota[b] < float(lim) && iota[b] >= float(lo) ? expv(s[t][b] - mx) : vf{};
           sum += p; std::memcpy(&pj[t][b * VW], &p, sizeof p);
         }
         sums[t] = hsum(sum);
@@ -119,7 +122,7 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
 // @section work-items
 template <typename T, int D>
 static void attend(const T* q, int64_t qs, const T* kc, const T* vc, T* out, const int32_t* tables, int64_t tstride,
-                   const int32_t* seq_lens, const int32_t* qsl, int B, int H, int Hkv, float scale) {
+                   const int32_t* seq_lens, const int32_t* qsl, int B, int H, int Hkv, float scale, int window) {
   const int G = H / Hkv, qt = std::max(1, MAX_ROWS / G);  // query tokens per work item
   std::vector<int64_t> items;                              // (request, kv head, first query row), packed
   for (int b = 0; b < B; b++)
@@ -134,7 +137,7 @@ static void attend(const T* q, int64_t qs, const T* kc, const T* vc, T* out, con
     // rows per tile: 4 (2 for head_dim > 64, whose accumulators take twice the registers); a decode item of fewer
     // rows (its query heads per kv head) gets tiles of exactly that many, with no padding rows
     const int R = nq * G;
-#define ITEM(rt) attend_item<T, D, rt>(q, qs, kc, vc, out, tables + b * tstride, first_pos, i0, nq, G, H, Hkv, h, scale)
+#define ITEM(rt) attend_item<T, D, rt>(q, qs, kc, vc, out, tables + b * tstride, first_pos, i0, nq, G, H, Hkv, h, scale, window)
     if (R == 1) ITEM(1); else if (R == 2 || D > 64) ITEM(2); else if (R == 3) ITEM(3); else ITEM(4);
 #undef ITEM
   }
@@ -143,9 +146,9 @@ static void attend(const T* q, int64_t qs, const T* kc, const T* vc, T* out, con
 // @section dispatch
 template <typename T>
 static int dispatch(const void* q, int64_t qs, const void* kc, const void* vc, void* out, const int32_t* tables, int64_t tstride,
-                    const int32_t* seq_lens, const int32_t* qsl, int B, int H, int Hkv, int D, float scale) {
+                    const int32_t* seq_lens, const int32_t* qsl, int B, int H, int Hkv, int D, float scale, int window) {
 #define CASE(d) if (D == d) { attend<T, d>((const T*)q, qs, (const T*)kc, (const T*)vc, (T*)out, tables, tstride, \
-                                              seq_lens, qsl, B, H, Hkv, scale); return 0; }
+                                              seq_lens, qsl, B, H, Hkv, scale, window); return 0; }
   CASE(16) CASE(32) CASE(64) CASE(80) CASE(96) CASE(128) CASE(256)
 #undef CASE
   return 1;
@@ -153,10 +156,10 @@ static int dispatch(const void* q, int64_t qs, const void* kc, const void* vc, v
 
 extern "C" int litevllm_cpu_attention(int is_bf16, const void* q, int64_t qs, const void* kc, const void* vc, void* out,
                                        const int32_t* tables, int64_t tstride, const int32_t* seq_lens,
-                                       const int32_t* qsl, int B, int H, int Hkv, int D, int bs, float scale) {
+                                       const int32_t* qsl, int B, int H, int Hkv, int D, int bs, float scale, int window) {
   if (bs != BS || Hkv <= 0 || Hkv > 255 || H % Hkv || H / Hkv > MAX_ROWS) return 1;
-  return is_bf16 ? dispatch<bf16>(q, qs, kc, vc, out, tables, tstride, seq_lens, qsl, B, H, Hkv, D, scale)
-                 : dispatch<float>(q, qs, kc, vc, out, tables, tstride, seq_lens, qsl, B, H, Hkv, D, scale);
+  return is_bf16 ? dispatch<bf16>(q, qs, kc, vc, out, tables, tstride, seq_lens, qsl, B, H, Hkv, D, scale, window)
+                 : dispatch<float>(q, qs, kc, vc, out, tables, tstride, seq_lens, qsl, B, H, Hkv, D, scale, window);
 }
 
 // @section store-kv
