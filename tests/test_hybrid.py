@@ -111,3 +111,51 @@ def test_refused_with_what_it_cannot_serve_yet(small):
     for kw, name in ((dict(tensor_parallel_size=2), "tensor_parallel_size"), (dict(enable_lora=True), "enable_lora"),
                      (dict(speculative_config=dict(method="ngram", num_speculative_tokens=2, prompt_lookup_max=2)), "speculative_config")):
         with pytest.raises(ValueError, match=name): EngineArgs(model=str(path), max_model_len=128, **kw).create_engine_config()
+
+
+def test_smollm3_3b_shapes(tmp_path):
+    """SmolLM3 3B's attention shapes (36 layers, 16 heads over 4 KV heads of 128, no rotary embedding on every 4th layer:
+    NoPE; hidden and MLP cut to 256/512): one group of full attention, Part I's manager; prompt logprobs and greedy tokens
+    equal transformers'."""
+    from litevllm.kv_cache import KVCacheManager
+    nope = [0 if (i + 1) % 4 == 0 else 1 for i in range(36)]
+    path = save_random_model(tmp_path / "smollm3-3b", "smollm3", num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=4,
+                             head_dim=128, hidden_size=256, intermediate_size=512, no_rope_layers=nope, max_position_embeddings=1024)
+    prompt = torch.randint(10, 40000, (300,), generator=torch.Generator().manual_seed(1)).tolist()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad(): want_lp = hf(torch.tensor([prompt])).logits[0].log_softmax(-1)[torch.arange(299), torch.tensor(prompt[1:])]
+    want = hf_greedy(path, [prompt], 8)[0]
+    llm = LLM(str(path), dtype="float32", max_model_len=512, max_num_batched_tokens=128, enforce_eager=True, kv_cache_memory_bytes=256 * 2**20)
+    assert type(llm.llm_engine.engine_core.scheduler.kv_cache_manager) is KVCacheManager
+    assert [l.self_attn.use_rope for l in llm.llm_engine.engine_core.model_runner.model.layers[:8]] == [True] * 3 + [False] + [True] * 3 + [False]
+    out = llm.generate([dict(prompt_token_ids=prompt)], SamplingParams(max_tokens=8, prompt_logprobs=0, **GREEDY))[0]
+    assert out.outputs[0].token_ids == want
+    got_lp = torch.tensor([d[t].logprob for d, t in zip(out.prompt_logprobs[1:], prompt[1:])])
+    # 36 layers of random weights give logprobs of ~16 nats that float32 matmuls in another order move by up to ~0.06
+    # (the same with every layer rotary, and with the torch backend); a NoPE layer given a rotation moves them by nats
+    torch.testing.assert_close(got_lp, want_lp, atol=0.1, rtol=0)
+
+
+def test_qwen2_with_its_window_switched_on(tmp_path):
+    "Qwen2 with `use_sliding_window` (layers from `max_window_layers` on windowed): Part I's model, two groups; transformers' tokens."
+    path = save_random_model(tmp_path / "qwen2-sw", "qwen2", num_hidden_layers=4, use_sliding_window=True, sliding_window=6, max_window_layers=2)
+    prompts = [list(range(200, 230)), [4, 3, 2, 1] * 5]
+    want = hf_greedy(path, prompts, 10)
+    llm = LLM(str(path), dtype="float32", max_model_len=128, block_size=4, max_num_batched_tokens=16, num_gpu_blocks_override=64,
+              enforce_eager=True, attention_backend="torch")
+    groups = llm.llm_engine.engine_core.model_runner.kv_cache_groups
+    assert [(type(g.kv_cache_spec).__name__, g.layer_names) for g in groups] == [("FullAttentionSpec", [0, 1]), ("SlidingWindowSpec", [2, 3])]
+    got = llm.generate([dict(prompt_token_ids=p) for p in prompts], SamplingParams(max_tokens=10, **GREEDY))
+    assert [o.outputs[0].token_ids for o in got] == want
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() and __import__("os").environ.get("TRITON_INTERPRET") != "1",
+                    reason="needs CUDA or TRITON_INTERPRET=1 (set by conftest.py on CPU)")
+def test_small_gemma3_through_the_triton_kernels(small):
+    "The Triton kernels' window inside the engine (interpreted on CPU): transformers' tokens, chunked prefill past the window."
+    path, prompts, want = small
+    llm = LLM(str(path), dtype="float32", max_model_len=128, block_size=16, max_num_batched_tokens=16, num_gpu_blocks_override=48,
+              enforce_eager=True, attention_backend="triton")
+    assert llm.llm_engine.engine_core.model_runner.attn.name == "hybrid-triton"
+    got = llm.generate([dict(prompt_token_ids=p) for p in prompts[:2]], SamplingParams(max_tokens=12, **GREEDY))
+    assert [o.outputs[0].token_ids for o in got] == want[:2]

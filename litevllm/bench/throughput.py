@@ -7,6 +7,7 @@ Docs: https://litevllm.github.io/litevllm/bench_throughput.html.md"""
 # %% ../../nbs/50c_bench_throughput.ipynb #b871aa54
 from __future__ import annotations
 import argparse, contextlib, gc, os, random, time
+from pathlib import Path
 import numpy as np
 from ..cli import add_engine_args, engine_kwargs
 from ..sampling_params import SamplingParams
@@ -132,7 +133,7 @@ def run_vllm(python:str, wl:Workload, model, dtype:str, max_model_len:int, seed:
     python = str(Path(python).absolute())  # the worker runs in a temporary folder; not resolve(): a venv's python is a symlink
     n = threads or torch.get_num_threads()
     env = os.environ | {"VLLM_CPU_OMP_THREADS_BIND": f"0-{n - 1}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "PYTHONUNBUFFERED": "1"}
-    job = dict(model=str(model), dtype=dtype, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,
+    job = dict(model=str(Path(model).absolute()), dtype=dtype, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,  # (a folder: from the worker's folder too)
                gpu_memory_utilization=kv_fraction, kv_cache_memory_bytes=kv_cache_memory_bytes,
                prompts=wl.prompt_token_ids, max_tokens=wl.max_tokens, temperature=wl.temperature,
                ttft_prompt=ttft_prompt, ttft_reps=ttft_reps, loras=loras, max_lora_rank=max_lora_rank)

@@ -9,8 +9,8 @@ import torch
 from .cpu_attention import build_cpu_library
 
 # %% auto #0
-__all__ = ['FEW_ROWS', 'load_cpu_ops', 'rms_norm', 'fused_add_rms_norm', 'rotary_', 'silu_and_mul', 'linear_few_rows',
-           'packed_block_width', 'pack_bf16_weight', 'linear_few_rows_bf16_weight']
+__all__ = ['FEW_ROWS', 'load_cpu_ops', 'rms_norm', 'fused_add_rms_norm', 'rotary_', 'silu_and_mul', 'gelu_tanh_and_mul',
+           'linear_few_rows', 'packed_block_width', 'pack_bf16_weight', 'linear_few_rows_bf16_weight']
 
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #aace9ed7
 def load_cpu_ops() -> ctypes.CDLL|None:
@@ -56,6 +56,13 @@ def silu_and_mul(x:torch.Tensor) -> torch.Tensor:
     x = x.contiguous()
     out = x.new_empty(x.shape[0], x.shape[1] // 2)
     load_cpu_ops().litevllm_silu_and_mul(_dtype_flag(x), _P(x.data_ptr()), _P(out.data_ptr()), _i64(x.shape[0]), out.shape[1])
+    return out
+
+def gelu_tanh_and_mul(x:torch.Tensor) -> torch.Tensor:
+    "(rows, 2I) -> (rows, I): gelu (tanh approximation) of the first half times the second half (GeGLU, Gemma's MLP)."
+    x = x.contiguous()
+    out = x.new_empty(x.shape[0], x.shape[1] // 2)
+    load_cpu_ops().litevllm_gelu_tanh_and_mul(_dtype_flag(x), _P(x.data_ptr()), _P(out.data_ptr()), _i64(x.shape[0]), out.shape[1])
     return out
 
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #58941236

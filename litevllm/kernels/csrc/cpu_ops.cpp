@@ -100,6 +100,31 @@ extern "C" void litevllm_silu_and_mul(int bf, const void* x, void* out, int64_t 
   else silu_and_mul((const float*)x, (float*)out, rows, I);
 }
 
+// @section gelu
+// out (rows, I) = gelu_tanh(x[:, :I]) * x[:, I:] (GeGLU: Gemma's MLP). gelu_tanh(a) = a/2 (1 + tanh(y)),
+// y = sqrt(2/pi) (a + 0.044715 a^3), is a / (1 + e^(-2y)): silu's loop with another argument
+template <typename T>
+static void gelu_tanh_and_mul(const T* x, T* out, int64_t rows, int I) {
+  constexpr float c = 2.f * 0.7978845608f;  // 2 sqrt(2/pi)
+#pragma omp parallel for if (rows >= 16)
+  for (int64_t r = 0; r < rows; r++) {
+    const T* g = x + r * 2 * I; const T* u = g + I; T* o = out + r * I;
+    int i = 0;
+    for (; i + VW <= I; i += VW) {
+      const vf a = loadv(g + i);
+      storev(a / (1.f + expv(-c * (a + 0.044715f * a * a * a))) * loadv(u + i), o + i);
+    }
+    for (; i < I; i++) {  // (clamped as expv clamps: -ffast-math assumes no infinities)
+      const float a = to_f32(g[i]);
+      store(a / (1.f + std::exp(std::min(88.f, std::max(-87.f, -c * (a + 0.044715f * a * a * a))))) * to_f32(u[i]), o + i);
+    }
+  }
+}
+extern "C" void litevllm_gelu_tanh_and_mul(int bf, const void* x, void* out, int64_t rows, int I) {
+  if (bf) gelu_tanh_and_mul((const bf16*)x, (bf16*)out, rows, I);
+  else gelu_tanh_and_mul((const float*)x, (float*)out, rows, I);
+}
+
 // @section linear-tiles
 // y (M, N) = x (M, K; row stride xs) W^T + bias for the few rows of a decode step, reading W where oneDNN packed it:
 // in float32 that is [N/NB][K][NB], each block of NB outputs with input k's NB weights side by side (NB = 64 on
