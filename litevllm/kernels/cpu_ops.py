@@ -51,19 +51,20 @@ def rotary_(q:torch.Tensor, k:torch.Tensor, cos:torch.Tensor, sin:torch.Tensor):
                                    _i64(k.stride(0)), k.shape[1], q.shape[2], _P(cos.data_ptr()), _P(sin.data_ptr()), _i64(q.shape[0]))
     return q, k
 
-def silu_and_mul(x:torch.Tensor) -> torch.Tensor:
-    "(rows, 2I) -> (rows, I): silu of the first half times the second half."
+def _act_and_mul(kernel:str, x:torch.Tensor) -> torch.Tensor:
+    "(rows, 2I) -> (rows, I) through the C++ function `kernel`: an activation of the first half times the second half."
     x = x.contiguous()
     out = x.new_empty(x.shape[0], x.shape[1] // 2)
-    load_cpu_ops().litevllm_silu_and_mul(_dtype_flag(x), _P(x.data_ptr()), _P(out.data_ptr()), _i64(x.shape[0]), out.shape[1])
+    getattr(load_cpu_ops(), kernel)(_dtype_flag(x), _P(x.data_ptr()), _P(out.data_ptr()), _i64(x.shape[0]), out.shape[1])
     return out
+
+def silu_and_mul(x:torch.Tensor) -> torch.Tensor:
+    "(rows, 2I) -> (rows, I): silu of the first half times the second half (SwiGLU)."
+    return _act_and_mul("litevllm_silu_and_mul", x)
 
 def gelu_tanh_and_mul(x:torch.Tensor) -> torch.Tensor:
     "(rows, 2I) -> (rows, I): gelu (tanh approximation) of the first half times the second half (GeGLU, Gemma's MLP)."
-    x = x.contiguous()
-    out = x.new_empty(x.shape[0], x.shape[1] // 2)
-    load_cpu_ops().litevllm_gelu_tanh_and_mul(_dtype_flag(x), _P(x.data_ptr()), _P(out.data_ptr()), _i64(x.shape[0]), out.shape[1])
-    return out
+    return _act_and_mul("litevllm_gelu_tanh_and_mul", x)
 
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #58941236
 FEW_ROWS = 64  # at most this many rows go to `linear_few_rows`; oneDNN's GEMM takes more (prefill)
