@@ -25,10 +25,11 @@ __all__ = [n for m in (common, datasets, baseline, throughput, latency, spec_dec
 # %% ../../nbs/50i_bench_cli.ipynb #e4d604b8
 def add_cli(subparsers):
     "Register `litevllm bench` and its sub-commands."
-    b = subparsers.add_parser("bench", help="benchmarks: throughput (vs transformers), latency, spec-decode, serve, kernels")
+    b = subparsers.add_parser("bench", help="benchmarks: throughput (vs transformers), latency, spec-decode, serve, kernels; random-model folders to run them on")
     sub = b.add_subparsers(dest="bench_command", required=True)
     add_throughput_args(sub.add_parser("throughput", help="output tokens/s over a workload, optionally beside transformers' generate"))
     add_latency_args(sub.add_parser("latency", help="TTFT, TPOT and tokens/s, one request and a batch, random prompts at several lengths or the copy prompts"))
     add_spec_decode_args(sub.add_parser("spec-decode", help="speculative decoding: none, ngram, draft model (and vLLM's ngram) on random and copying prompts, TPOT ratios"))
     add_serve_args(sub.add_parser("serve", help="load-test a running OpenAI-compatible server (streamed /v1/completions), or (--baseline) start vllm serve and litevllm serve in turn and compare them"))
     add_kernels_args(sub.add_parser("kernels", help="the Triton attention kernels: decode bandwidth vs a copy, prefill TFLOP/s (CUDA only; exits 2 without CUDA)"))
+    add_random_model_args(sub.add_parser("random-model", help="write a random-weight model folder at the shape of a model people run (qwen3-0.6b, llama-3.2-1b, gemma3-1b, ...)"))

@@ -12,8 +12,8 @@ from ..sampling_params import SamplingParams, StructuredOutputsParams
 from ..inputs import apply_chat_template
 
 # %% auto #0
-__all__ = ['WORKLOADS', 'COPY_PROMPTS', 'Workload', 'make_workload', 'add_workload_args', 'workload_from_args',
-           'random_token_prompts', 'copy_prompts']
+__all__ = ['WORKLOADS', 'COPY_PROMPTS', 'MODEL_SHAPES', 'Workload', 'make_workload', 'add_workload_args', 'workload_from_args',
+           'random_token_prompts', 'copy_prompts', 'save_random_shape', 'add_random_model_args']
 
 # %% ../../nbs/50a_bench_datasets.ipynb #51f693e1
 WORKLOADS = {
@@ -211,3 +211,40 @@ def copy_prompts(tokenizer, n:int|None=None) -> list[list[int]]:
     texts = list(COPY_PROMPTS.values())
     n = len(texts) if n is None else n
     return [apply_chat_template(tokenizer, [{"role": "user", "content": texts[i % len(texts)]}]) for i in range(n)]
+
+# %% ../../nbs/50a_bench_datasets.ipynb #6740434e
+_LLAMA32_ROPE = dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
+MODEL_SHAPES = {  # each model's config.json numbers (architecture, not weights)
+    "qwen3-0.6b": dict(model_type="qwen3", vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, rope_theta=1e6, max_position_embeddings=40960),
+    "llama-3.2-1b": dict(model_type="llama", vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=5e5, rope_scaling=_LLAMA32_ROPE,
+                         max_position_embeddings=131072),
+    "llama-3.2-3b": dict(model_type="llama", vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
+                         num_attention_heads=24, num_key_value_heads=8, head_dim=128, rope_theta=5e5, rope_scaling=_LLAMA32_ROPE,
+                         max_position_embeddings=131072),
+    "smollm3-3b": dict(model_type="smollm3", vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                       num_attention_heads=16, num_key_value_heads=4, head_dim=128, rope_theta=5e6, max_position_embeddings=65536,
+                       no_rope_layers=[0 if (i + 1) % 4 == 0 else 1 for i in range(36)]),
+    "gemma3-1b": dict(model_type="gemma3_text", vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
+                      num_attention_heads=4, num_key_value_heads=1, head_dim=256, sliding_window=512, query_pre_attn_scalar=256,
+                      max_position_embeddings=32768, rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                                                      "full_attention": {"rope_type": "default", "rope_theta": 1e6}}),
+}
+
+# %% ../../nbs/50a_bench_datasets.ipynb #cac717db
+def save_random_shape(shape:str, path, dtype:str="bfloat16", seed:int=0, **overrides):
+    "A random-weight folder at `shape` (a key of MODEL_SHAPES; `overrides` change its numbers), in `dtype`, the default model's tokenizer."
+    import torch
+    from litevllm.models.llama import save_random_model
+    if shape not in MODEL_SHAPES: raise ValueError(f"shape must be one of {sorted(MODEL_SHAPES)}, got {shape!r}")
+    kw = MODEL_SHAPES[shape] | dict(tie_word_embeddings=True) | overrides
+    return save_random_model(path, kw.pop("model_type"), seed, dtype=getattr(torch, dtype), std=None, **kw)
+
+def add_random_model_args(p:argparse.ArgumentParser):
+    "The flags of `litevllm bench random-model`."
+    p.add_argument("shape", choices=sorted(MODEL_SHAPES))
+    p.add_argument("path", help="the folder to write")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=lambda ns: print(save_random_shape(ns.shape, ns.path, ns.dtype, ns.seed)))

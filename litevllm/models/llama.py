@@ -372,8 +372,11 @@ def ops_platform(vllm_config) -> str:
     return "cpu" if vllm_config.attention_backend == "cpu" else "native"
 
 # %% ../../nbs/06_models.ipynb #b81fbf0b
-def save_random_model(path, model_type:str="llama", seed:int=0, **overrides) -> Path:
-    "Save a small random-weight `model_type` (llama, mistral, qwen2, qwen3, smollm3) model, with the default model's tokenizer, to `path`."
+def save_random_model(path, model_type:str="llama", seed:int=0,
+                      dtype:torch.dtype=torch.float32,  # the weights' dtype in the folder
+                      std:float|None=0.2,               # the spread of every non-norm weight; None: transformers' own init (a real model's scale)
+                      **overrides) -> Path:
+    "Save a small random-weight `model_type` (llama, mistral, qwen2, qwen3, smollm3, gemma3_text) model, with the default model's tokenizer, to `path`."
     from transformers import AutoConfig, AutoModelForCausalLM
     from litevllm.config import default_model_path
     base = dict(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -381,10 +384,10 @@ def save_random_model(path, model_type:str="llama", seed:int=0, **overrides) -> 
                 bos_token_id=1, eos_token_id=2, pad_token_id=2, rms_norm_eps=1e-6)
     config = AutoConfig.for_model(model_type, **(base | overrides))
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():  # larger than the default init, so logits are not near-ties and greedy paths differ
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with torch.no_grad():  # by default larger than transformers' init, so logits are not near-ties and greedy paths differ
         for n, p in model.named_parameters():
-            if "norm" not in n: p.normal_(0, 0.2 if p.dim() > 1 else 0.1)
+            if std is not None and "norm" not in n: p.normal_(0, std if p.dim() > 1 else std / 2)
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     src = default_model_path()
