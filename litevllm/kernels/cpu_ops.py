@@ -51,6 +51,8 @@ def rotary_(q:torch.Tensor, k:torch.Tensor, cos:torch.Tensor, sin:torch.Tensor):
                                    _i64(k.stride(0)), k.shape[1], q.shape[2], _P(cos.data_ptr()), _P(sin.data_ptr()), _i64(q.shape[0]))
     return q, k
 
+
+# %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #8e351066
 def _act_and_mul(kernel:str, x:torch.Tensor) -> torch.Tensor:
     "(rows, 2I) -> (rows, I) through the C++ function `kernel`: an activation of the first half times the second half."
     x = x.contiguous()

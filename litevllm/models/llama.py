@@ -352,6 +352,8 @@ def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
     load_weights(model, vllm_config.model_path)  # each parallel layer reads its slice; the rest whole
     return finalize(model, vllm_config, sharded)
 
+
+# %% ../../nbs/06_models.ipynb #45b8c2bb
 def materialize(model:LlamaForCausalLM, vllm_config) -> LlamaForCausalLM:
     "A model built on the meta device given real (empty) CPU tensors and its rope tables rebuilt (they were on meta too)."
     model = model.to_empty(device="cpu")
