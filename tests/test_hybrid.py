@@ -40,12 +40,15 @@ def small(tmp_path_factory):
     return path, prompts, hf_greedy(path, prompts, 12)
 
 
-@pytest.mark.parametrize("caching", [True, False])
-def test_small_gemma3_preempted_and_chunked(small, caching):
-    "A pool too small for all four at once: preemption (recompute), chunks of 8, prefix caching on and off; transformers' tokens, no leak."
+@pytest.mark.parametrize("caching,async_scheduling", [(True, False), (False, False), (True, True)], ids=["caching", "no-caching", "async"])
+def test_small_gemma3_preempted_and_chunked(small, caching, async_scheduling):
+    """A pool too small for all four at once: preemption (recompute), chunks of 8, prefix caching on and off, and with the
+    next step scheduled while one runs (async scheduling: blocks behind a window are freed before the step that last
+    read them has run, and reused only by later steps); transformers' tokens, no leak."""
     path, prompts, want = small
     llm = LLM(str(path), dtype="float32", max_model_len=128, max_num_batched_tokens=24, long_prefill_token_threshold=8, block_size=4,
-              num_gpu_blocks_override=80, enforce_eager=True, attention_backend="sdpa", enable_prefix_caching=caching)
+              num_gpu_blocks_override=80, enforce_eager=True, attention_backend="sdpa", enable_prefix_caching=caching,
+              async_scheduling=async_scheduling)
     sched = llm.llm_engine.engine_core.scheduler
     assert isinstance(sched.kv_cache_manager, HybridKVCacheManager)
     got = llm.generate([dict(prompt_token_ids=p) for p in prompts], SamplingParams(max_tokens=12, **GREEDY))
