@@ -148,11 +148,11 @@ class SingleTypeKVCacheManager:
 def cache_blocks(self:SingleTypeKVCacheManager, request:Request, num_tokens:int):
     "Make the request's full blocks up to `num_tokens` findable by (hash, group)."
     num_full = min(num_tokens, request.num_tokens) // self.block_size
-    hashes = [(h, self.kv_cache_group_id) for h in update_block_hashes(request, self.block_size)]
+    hashes = update_block_hashes(request, self.block_size)
     start = self.num_cached_block.get(request.request_id, 0)
     blocks = self.req_to_blocks[request.request_id]
-    for i in range(start, num_full):  # placeholders hold nothing to find
-        if blocks[i] is not self.null_block: self.block_pool.cache_full_blocks(blocks, hashes, i, i + 1)
+    for i in range(start, num_full):  # only the blocks filled since the last call; placeholders hold nothing to find
+        if blocks[i] is not self.null_block: self.block_pool.cache_full_blocks([blocks[i]], [(hashes[i], self.kv_cache_group_id)], 0, 1)
     self.num_cached_block[request.request_id] = max(start, num_full)
 
 @patch
@@ -366,7 +366,7 @@ def _init_kv_cache(self:ModelRunner):
     self.num_blocks = determine_num_blocks(c, self.model, per_block=probe.bytes_per_block, blocks_per_request=per_request)
     if not c.num_gpu_blocks_override: self.num_blocks += 1  # the null block on top (an override is the whole pool, as vLLM's)
     self.kv_cache_config = kvc = get_kv_cache_config(groups, self.num_blocks)
-    hf = copy.copy(self._kv_cache_config()); hf.num_hidden_layers = len(kvc.kv_cache_tensors)
+    hf = copy.copy(self._kv_cache_config()); hf.num_hidden_layers = len(kvc.kv_cache_tensors)  # Part I's allocator, one pair per tensor
     tensors = allocate_kv_caches(hf, self.num_blocks, c.block_size, kv_cache_dtype(c), c.device, c.attention_backend)
     self.kv_caches = [None] * c.hf_config.num_hidden_layers
     for t, pair in zip(kvc.kv_cache_tensors, tensors):
