@@ -404,10 +404,12 @@ def layer_sliding_windows(cfg, max_model_len:int) -> list[int|None]:
 SLIDING_WINDOW_SUPPORT = []  # Part II's hybrid KV cache (30_hybrid_kv_cache) adds its check (cfg, args): windows served, not refused
 
 def check_no_sliding_window(cfg, max_model_len:int, args=None):
-    "ValueError naming the field if a layer attends through a window shorter than `max_model_len` and nothing here serves it."
-    if not any(layer_sliding_windows(cfg, max_model_len)): return
+    "ValueError naming the field if a layer attends through a window shorter than `max_model_len`, or keeps a linear-attention state, and nothing here serves it."
+    linear = "linear_attention" in (getattr(cfg, "layer_types", None) or [])
+    if not linear and not any(layer_sliding_windows(cfg, max_model_len)): return
     load_general_plugins()  # (below) Part II's hybrid KV cache registers its check
     if SLIDING_WINDOW_SUPPORT: return SLIDING_WINDOW_SUPPORT[0](cfg, args)
+    if linear: raise ValueError("layer_types: the model has linear-attention layers, whose state needs Part II's hybrid KV cache")
     sw = cfg.sliding_window
     raise ValueError(f"sliding_window: the model attends through a window of {sw} tokens, which needs Part II's hybrid KV cache; "
                      f"pass max_model_len <= {sw} (the window then covers every position)")

@@ -6,9 +6,9 @@ Docs: https://litevllm.github.io/litevllm/hybrid_kv_cache.html.md"""
 
 # %% ../nbs/30_hybrid_kv_cache.ipynb #61bb95ea
 from __future__ import annotations
-import copy
+import copy, logging, math
 from collections import defaultdict
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 import numpy as np, torch
 from fastcore.basics import patch
 from .platforms import cdiv
@@ -19,13 +19,16 @@ from .attention import (AttentionMetadata, build_attention_metadata, allocate_kv
                                 kv_cache_dtype, get_attention_backend)
 from .core.sched.scheduler import Scheduler
 from .model_runner import ModelRunner
+from .models.llama import MODEL_CLASSES
+
+logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['MANAGER_CLASSES', 'KVCacheSpec', 'AttentionSpec', 'FullAttentionSpec', 'SlidingWindowSpec', 'get_kv_cache_spec',
-           'KVCacheGroupSpec', 'get_kv_cache_groups', 'KVCacheTensor', 'KVCacheConfig', 'get_kv_cache_config',
-           'SingleTypeKVCacheManager', 'FullAttentionManager', 'SlidingWindowManager', 'KVCacheCoordinator',
-           'HybridKVCacheManager', 'kv_cache_groups_of', 'HybridAttentionMetadata', 'HybridAttentionBackend',
-           'check_hybrid']
+__all__ = ['logger', 'MANAGER_CLASSES', 'KVCacheSpec', 'AttentionSpec', 'FullAttentionSpec', 'SlidingWindowSpec', 'MambaSpec',
+           'unify_page_sizes', 'get_kv_cache_spec', 'KVCacheGroupSpec', 'get_kv_cache_groups', 'KVCacheTensor',
+           'KVCacheConfig', 'get_kv_cache_config', 'SingleTypeKVCacheManager', 'FullAttentionManager',
+           'SlidingWindowManager', 'MambaManager', 'KVCacheCoordinator', 'HybridKVCacheManager', 'kv_cache_groups_of',
+           'MambaMetadata', 'MambaStateBackend', 'HybridAttentionMetadata', 'HybridAttentionBackend', 'check_hybrid']
 
 # %% ../nbs/30_hybrid_kv_cache.ipynb #aa064319
 @dataclass(frozen=True)
@@ -61,12 +64,51 @@ class SlidingWindowSpec(AttentionSpec):
         # a step of n tokens writes n slots and reads sliding_window - 1 before them; +1: they need not start a block
         return min(cdiv(self.sliding_window - 1 + max_num_batched_tokens, self.block_size) + 1, cdiv(max_model_len, self.block_size))
 
+# %% ../nbs/30_hybrid_kv_cache.ipynb #bc4a4802
+@dataclass(frozen=True)
+class MambaSpec(KVCacheSpec):
+    "A linear-attention layer: states of fixed `shapes` per request (float32), one block whatever its length (vLLM's `MambaSpec`)."
+    shapes: tuple[tuple[int, ...], ...]
+    dtype: torch.dtype = torch.float32
+    page_size_padded: int|None = None  # the attention page it is padded to: a block of any group is one unit of memory
+    @property
+    def state_bytes(self) -> int: return sum(math.prod(s) for s in self.shapes) * self.dtype.itemsize
+    @property
+    def page_size_bytes(self) -> int: return self.page_size_padded or self.state_bytes
+    def max_num_blocks(self, max_model_len, max_num_batched_tokens): return 1
+    @property
+    def split_rows(self) -> int:
+        "Rows of the largest state (its first axis: heads) in a page's first half; the rest, and the other states, in its second."
+        return -(-max(self.shapes, key=math.prod)[0] // 2)
+    @property
+    def min_page_bytes(self) -> int:
+        "A page whose two halves hold the two parts, split between rows (heads), never inside one."
+        big = max(self.shapes, key=math.prod)
+        row, rest = math.prod(big[1:]) * self.dtype.itemsize, self.state_bytes - math.prod(big) * self.dtype.itemsize
+        return 2 * max(self.split_rows * row, (big[0] - self.split_rows) * row + rest)
+
+# %% ../nbs/30_hybrid_kv_cache.ipynb #a1c0604a
+def unify_page_sizes(specs:list[KVCacheSpec]) -> list[KVCacheSpec]:
+    "Attention blocks grown by whole kernel blocks until their page holds the largest state; states padded to that page."
+    attn = [s for s in specs if isinstance(s, AttentionSpec)]
+    if not attn: raise ValueError("layer_types: a model of linear-attention layers only is not supported (no attention layer to size the pool by)")
+    k = cdiv(max(s.min_page_bytes for s in specs if isinstance(s, MambaSpec)), min(s.page_size_bytes for s in attn))
+    page, bs = max(s.page_size_bytes for s in attn) * k, attn[0].block_size * k
+    return [replace(s, block_size=bs, page_size_padded=page) if isinstance(s, MambaSpec) else replace(s, block_size=bs) for s in specs]
+
 # %% ../nbs/30_hybrid_kv_cache.ipynb #805de226
 def get_kv_cache_spec(vllm_config, kv_config=None) -> list[KVCacheSpec]:
     "One spec per layer (`kv_config`: the model config with this rank's KV heads; default the model's)."
     c, hf = vllm_config, kv_config or vllm_config.hf_config
     shape = (c.block_size, hf.num_key_value_heads, get_head_size(hf), kv_cache_dtype(c))
-    return [SlidingWindowSpec(*shape, w) if w else FullAttentionSpec(*shape) for w in layer_sliding_windows(hf, c.max_model_len)]
+    specs = [SlidingWindowSpec(*shape, w) if w else FullAttentionSpec(*shape) for w in layer_sliding_windows(hf, c.max_model_len)]
+    linear = {i for i, t in enumerate(getattr(hf, "layer_types", None) or []) if t == "linear_attention"}
+    if not linear: return specs
+    cls = next((MODEL_CLASSES[a] for a in hf.architectures or [] if a in MODEL_CLASSES), None)
+    if not hasattr(cls, "get_mamba_state_shape_from_config"):
+        raise ValueError(f"layer_types: {hf.architectures} has linear-attention layers and no model class here that keeps their state")
+    state = MambaSpec(c.block_size, cls.get_mamba_state_shape_from_config(hf))
+    return unify_page_sizes([state if i in linear else s for i, s in enumerate(specs)])
 
 # %% ../nbs/30_hybrid_kv_cache.ipynb #49c67a47
 @dataclass
@@ -214,8 +256,23 @@ def remove_skipped_blocks(self:SlidingWindowManager, request_id:str, num_compute
         freed.append(blocks[i]); blocks[i] = self.null_block
     self.block_pool.free_blocks(freed)
 
+# %% ../nbs/30_hybrid_kv_cache.ipynb #0892a85a
+class MambaManager(SingleTypeKVCacheManager):
+    "Linear attention: one block per request holds its state, however long the request; no hit (vLLM's `mamba_cache_mode` 'none')."
+    def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks) -> int:
+        return 0 if self.req_to_blocks[request_id] else 1
+    def allocate_new_blocks(self, request_id, num_tokens) -> list[KVCacheBlock]:
+        blocks = self.req_to_blocks[request_id]
+        if blocks: return []
+        blocks.extend(new := self.block_pool.get_new_blocks(1))
+        return new
+    def cache_blocks(self, request, num_tokens): pass  # a state is its request's alone: nothing to find by hash
+    @classmethod
+    def find_longest_cache_hit(cls, block_hashes, max_length, group_ids, block_pool, spec, null_block) -> list[list[KVCacheBlock]]:
+        return [[] for _ in group_ids]
+
 # %% ../nbs/30_hybrid_kv_cache.ipynb #e5f6fd56
-MANAGER_CLASSES = {FullAttentionSpec: FullAttentionManager, SlidingWindowSpec: SlidingWindowManager}
+MANAGER_CLASSES = {FullAttentionSpec: FullAttentionManager, SlidingWindowSpec: SlidingWindowManager, MambaSpec: MambaManager}
 
 class KVCacheCoordinator:
     "One `SingleTypeKVCacheManager` per KV cache group over one `BlockPool` (vLLM's `HybridKVCacheCoordinator`)."
@@ -257,6 +314,8 @@ def get_blocks(self:KVCacheCoordinator, request_id:str) -> tuple[list[KVCacheBlo
 class HybridKVCacheManager:
     "Part I's `KVCacheManager` interface over a `KVCacheCoordinator`: blocks per group (vLLM's `KVCacheManager` with several groups)."
     def __init__(self, kv_cache_config:KVCacheConfig, enable_caching:bool=True):
+        specs = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
+        enable_caching = enable_caching and not any(isinstance(s, MambaSpec) for s in specs)  # 'none' mode: a state has no hit
         self.kv_cache_config, self.enable_caching = kv_cache_config, enable_caching
         self.coordinator = KVCacheCoordinator(kv_cache_config, enable_caching)
         self.block_pool, self.managers = self.coordinator.block_pool, self.coordinator.single_type_managers
@@ -336,21 +395,64 @@ def _make_kv_cache_manager(self:Scheduler, num_blocks:int):
     if groups is None: return _part1_make_kv_cache_manager(self, num_blocks)
     return HybridKVCacheManager(get_kv_cache_config(groups, num_blocks), self.config.enable_prefix_caching)
 
+# %% ../nbs/30_hybrid_kv_cache.ipynb #572927df
+@dataclass
+class MambaMetadata:
+    "A state group's view of a step: each request's state block, whether it has a state yet, where its tokens are."
+    state_indices: torch.Tensor     # (requests,) int64: the block holding each request's state
+    has_initial_state: torch.Tensor # (requests,) bool: False at a request's first step (its state starts from zero)
+    query_start_loc: np.ndarray     # (requests + 1,) on the host
+
+class MambaStateBackend:
+    "A state group's layers: block `b`'s states live in page `b` of the layer's tensor, half in its K bytes, half in its V bytes."
+    name = "mamba"
+    def __init__(self, kv_caches:list, layers:list[int], spec:MambaSpec, num_blocks:int):
+        self.spec, self.md, self.kv_caches, self.parts = spec, None, kv_caches, {}
+        big, h1 = max(range(len(spec.shapes)), key=lambda i: math.prod(spec.shapes[i])), spec.split_rows
+        for l in layers:  # each half as (num_blocks, floats): a manager block's kernel blocks lie side by side
+            a, b = [t.view(torch.uint8).reshape(num_blocks, -1).view(torch.float32) for t in kv_caches[l]]
+            parts, at = [], 0  # per state: its pieces, views (num_blocks, rows, ...) of one half
+            for i, s in enumerate(spec.shapes):
+                if i == big:
+                    n = math.prod(s[1:]) * (s[0] - h1)
+                    parts.append([a[:, :h1 * math.prod(s[1:])].view(num_blocks, h1, *s[1:]), b[:, at:at + n].view(num_blocks, s[0] - h1, *s[1:])])
+                else: n = math.prod(s); parts.append([b[:, at:at + n].view(num_blocks, *s)])
+                at += n
+            self.parts[l] = parts
+    def prepare(self, md:MambaMetadata): self.md = md
+
+    def read(self, layer_idx:int, which=None) -> list[torch.Tensor]:
+        "The step's requests' states (`which`: their indices; all), one tensor (requests, *shape) each; zeros for a request's first step."
+        idx, init = self.md.state_indices, self.md.has_initial_state
+        parts = self.parts[layer_idx]
+        return [torch.cat([p[idx] for p in parts[i]], 1) * init.view(-1, *[1] * len(self.spec.shapes[i]))
+                for i in (which or range(len(parts)))]
+
+    def write(self, layer_idx:int, states:list[torch.Tensor], which=None):
+        "Store the step's requests' new states (as `read` gave them) in their blocks."
+        idx, parts = self.md.state_indices, self.parts[layer_idx]
+        for i, s in zip(which or range(len(parts)), states):
+            at = 0
+            for p in parts[i]:
+                p[idx] = s[:, at:at + p.shape[1]].to(p.dtype); at += p.shape[1]
+
 # %% ../nbs/30_hybrid_kv_cache.ipynb #90c6a927
 @dataclass
 class HybridAttentionMetadata(AttentionMetadata):
-    "Group 0's metadata (what the runner reads: lengths, positions) and every group's in `groups`."
-    groups: list[AttentionMetadata] = None
+    "The first attention group's metadata (what the runner reads: lengths, positions) and every group's in `groups`."
+    groups: list = None
 
 class HybridAttentionBackend:
-    "Each layer to the attention backend of its KV cache group (each with its window and its block tables)."
+    "Each layer to the backend of its KV cache group (attention with its window and block tables, or a state group)."
     def __init__(self, backends:list, layer_to_group:dict[int, int]):
         self.backends, self.layer_to_group = backends, layer_to_group
-        self.name = f"hybrid-{backends[0].name}"  # not one of Part I's names: no CUDA graphs, no KV connector
-        self.kv_caches = backends[0].kv_caches
+        first = next(b for b in backends if not isinstance(b, MambaStateBackend))
+        self.name = f"hybrid-{first.name}"  # not one of Part I's names: no CUDA graphs, no KV connector
+        self.kv_caches = first.kv_caches
     def prepare(self, md:HybridAttentionMetadata):
         for be, m in zip(self.backends, md.groups): be.prepare(m)
     def __call__(self, layer_idx:int, q, k, v): return self.backends[self.layer_to_group[layer_idx]](layer_idx, q, k, v)
+    def state(self, layer_idx:int) -> MambaStateBackend: return self.backends[self.layer_to_group[layer_idx]]
 
 # %% ../nbs/30_hybrid_kv_cache.ipynb #8409746e
 _part1_init_kv_cache = ModelRunner._init_kv_cache
@@ -366,33 +468,47 @@ def _init_kv_cache(self:ModelRunner):
     self.num_blocks = determine_num_blocks(c, self.model, per_block=probe.bytes_per_block, blocks_per_request=per_request)
     if not c.num_gpu_blocks_override: self.num_blocks += 1  # the null block on top (an override is the whole pool, as vLLM's)
     self.kv_cache_config = kvc = get_kv_cache_config(groups, self.num_blocks)
+    self.kernel_blocks_per_block = k = groups[0].kv_cache_spec.block_size // c.block_size  # 1 unless states grew the blocks
     hf = copy.copy(self._kv_cache_config()); hf.num_hidden_layers = len(kvc.kv_cache_tensors)  # Part I's allocator, one pair per tensor
-    tensors = allocate_kv_caches(hf, self.num_blocks, c.block_size, kv_cache_dtype(c), c.device, c.attention_backend)
+    tensors = allocate_kv_caches(hf, self.num_blocks * k, c.block_size, kv_cache_dtype(c), c.device, c.attention_backend)
     self.kv_caches = [None] * c.hf_config.num_hidden_layers
     for t, pair in zip(kvc.kv_cache_tensors, tensors):
         for layer in t.shared_by: self.kv_caches[layer] = pair
-    scale = self.model.layers[0].self_attn.head_dim ** -0.5
-    backends = [get_attention_backend(c.attention_backend, self.kv_caches, c.block_size, scale,
-                                      getattr(g.kv_cache_spec, "sliding_window", None)) for g in groups]
+    scale = get_head_size(c.hf_config) ** -0.5
+    backends = [MambaStateBackend(self.kv_caches, g.layer_names, g.kv_cache_spec, self.num_blocks) if isinstance(g.kv_cache_spec, MambaSpec)
+                else get_attention_backend(c.attention_backend, self.kv_caches, c.block_size, scale, getattr(g.kv_cache_spec, "sliding_window", None))
+                for g in groups]
     self.attn = HybridAttentionBackend(backends, {l: i for i, g in enumerate(groups) for l in g.layer_names})
 
 _part1_attention_metadata = ModelRunner._attention_metadata
 
 @patch
 def _attention_metadata(self:ModelRunner, query_lens, seq_lens, tables):
-    "One metadata per KV cache group (Part I's one for a single group)."
+    "One metadata per KV cache group (Part I's one for a single group); a state group's: its blocks and who starts from zero."
     if getattr(self, "kv_cache_groups", None) is None: return _part1_attention_metadata(self, query_lens, seq_lens, tables)
-    mds = [build_attention_metadata(query_lens, seq_lens, [t[g] for t in tables], self.block_size, self.device)
-           for g in range(len(self.kv_cache_groups))]
-    return HybridAttentionMetadata(**{f.name: getattr(mds[0], f.name) for f in fields(AttentionMetadata)}, groups=mds)
+    k, mds = self.kernel_blocks_per_block, []
+    for g, group in enumerate(self.kv_cache_groups):
+        if isinstance(group.kv_cache_spec, MambaSpec):
+            started = torch.from_numpy(np.asarray(seq_lens) - np.asarray(query_lens) > 0).to(self.device)
+            qsl = np.concatenate([[0], np.cumsum(query_lens)])
+            mds.append(MambaMetadata(torch.tensor([t[g][0] for t in tables], device=self.device), started, qsl))
+            continue
+        rows = [t[g] if k == 1 else (np.asarray(t[g], dtype=np.int64)[:, None] * k + np.arange(k)).ravel() for t in tables]
+        mds.append(build_attention_metadata(query_lens, seq_lens, rows, self.block_size, self.device))
+    first = next(m for m in mds if isinstance(m, AttentionMetadata))
+    return HybridAttentionMetadata(**{f.name: getattr(first, f.name) for f in fields(AttentionMetadata)}, groups=mds)
 
 # %% ../nbs/30_hybrid_kv_cache.ipynb #b6a2e923
 def check_hybrid(hf_config, args) -> None:
-    "ValueError naming the option that the hybrid KV cache cannot serve yet; the model's windows are served."
+    "ValueError naming the option that the hybrid KV cache cannot serve yet; the model's windows and states are served."
     if args is None: return
+    linear = "linear_attention" in (getattr(hf_config, "layer_types", None) or [])
+    kind = "linear-attention layers" if linear else f"sliding-window layers (sliding_window {getattr(hf_config, 'sliding_window', None)})"
     for name, bad in (("tensor_parallel_size", args.tensor_parallel_size > 1), ("speculative_config", args.speculative_config),
                       ("kv_transfer_config", args.kv_transfer_config), ("enable_lora", args.enable_lora)):
-        if bad: raise ValueError(f"{name} {getattr(args, name)!r} is not supported yet with a model of sliding-window layers "
-                                 f"(sliding_window {hf_config.sliding_window}): the hybrid KV cache serves it alone")
+        if bad: raise ValueError(f"{name} {getattr(args, name)!r} is not supported yet with a model of {kind}: the hybrid KV cache serves it alone")
+    if linear and args.enable_prefix_caching:
+        logger.warning("prefix caching is off for this model: its linear-attention layers keep one state per request "
+                       "(vLLM's mamba_cache_mode 'none'), which no later request can resume from")
 
 SLIDING_WINDOW_SUPPORT[:] = [check_hybrid]

@@ -262,7 +262,7 @@ def execute_model(self:ModelRunner, so:SchedulerOutput, grammar_output=None) -> 
 def _kv_cache_config(self:ModelRunner):
     "The model config the KV cache is shaped by: this rank's KV heads."
     hf = self.config.hf_config
-    local = self.model.layers[0].self_attn.num_kv_heads
+    local = next(l.self_attn for l in self.model.layers if hasattr(l, "self_attn")).num_kv_heads  # the first attention layer's
     if local == hf.num_key_value_heads: return hf
     hf = copy.copy(hf); hf.num_key_value_heads = local
     return hf

@@ -162,3 +162,86 @@ def test_small_gemma3_through_the_triton_kernels(small):
     assert llm.llm_engine.engine_core.model_runner.attn.name == "hybrid-triton"
     got = llm.generate([dict(prompt_token_ids=p) for p in prompts[:2]], SamplingParams(max_tokens=12, **GREEDY))
     assert [o.outputs[0].token_ids for o in got] == want[:2]
+
+
+# Issue 42 item 3: Qwen3.5, Gated DeltaNet layers whose state is one block per request (MambaSpec, MambaManager)
+QWEN35_SMALL = dict(num_hidden_layers=4, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                    linear_value_head_dim=16, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+
+
+@pytest.fixture(scope="module")
+def qwen35(tmp_path_factory):
+    path = save_random_model(tmp_path_factory.mktemp("q35") / "small", "qwen3_5_text", **QWEN35_SMALL)
+    prompts = [list(range(100, 120)), [9, 8, 7, 6, 5, 4, 3], list(range(300, 325)), [42] * 18]
+    return path, prompts, hf_greedy(path, prompts, 50)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_small_qwen3_5_preempted_and_chunked(qwen35, async_scheduling):
+    """Four requests growing past what a pool of 14 blocks holds: preemption (the state recomputed from zero tokens), prompts
+    in chunks of 8 (the state carried from chunk to chunk in its block), decode rows batched; transformers' tokens, no leak;
+    prefix caching asked for and off (vLLM's mamba_cache_mode 'none')."""
+    from litevllm.hybrid_kv_cache import MambaSpec
+    path, prompts, want = qwen35
+    llm = LLM(str(path), dtype="float32", max_model_len=128, max_num_batched_tokens=16, long_prefill_token_threshold=8,
+              num_gpu_blocks_override=14, enforce_eager=True, attention_backend="torch", async_scheduling=async_scheduling)
+    sched, runner = llm.llm_engine.engine_core.scheduler, llm.llm_engine.engine_core.model_runner
+    mgr = sched.kv_cache_manager
+    assert [type(g.kv_cache_spec) for g in runner.kv_cache_groups] == [MambaSpec] * 3 + [FullAttentionSpec]
+    assert mgr.block_size == 32 and runner.kernel_blocks_per_block == 2 and not mgr.enable_caching
+    got = llm.generate([dict(prompt_token_ids=p) for p in prompts], SamplingParams(max_tokens=50, **GREEDY))
+    assert [o.outputs[0].token_ids for o in got] == want
+    assert sched.num_preemptions > 0
+    assert mgr.block_pool.get_num_free_blocks() == 13
+    again = llm.generate([dict(prompt_token_ids=prompts[0])], SamplingParams(max_tokens=50, **GREEDY))[0]
+    assert again.outputs[0].token_ids == want[0] and again.num_cached_tokens == 0
+
+
+def test_qwen3_5_0_8b_shapes_with_the_cpu_kernel(tmp_path):
+    """Qwen3.5 0.8B's layer shapes (24 layers 3:1, 8 heads over 2 KV heads of 256, a quarter of each rotated, 16 DeltaNet
+    heads of 128×128: a 1.1 MB state per layer; hidden and MLP cut to 256/512, vocabulary to 49152, to keep the suite
+    short): a 300-token prompt in chunks of 128 with the C++ attention kernel; prompt logprobs and greedy tokens equal
+    transformers'."""
+    from litevllm.bench.datasets import MODEL_SHAPES
+    shape = {k: v for k, v in MODEL_SHAPES["qwen3.5-0.8b"].items() if k not in ("model_type", "vocab_size", "max_position_embeddings")}
+    path = save_random_model(tmp_path / "q35-08b", "qwen3_5_text", **(shape | dict(hidden_size=256, intermediate_size=512, max_position_embeddings=1024)))
+    prompt = torch.randint(10, 40000, (300,), generator=torch.Generator().manual_seed(2)).tolist()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad(): want_lp = hf(torch.tensor([prompt])).logits[0].log_softmax(-1)[torch.arange(299), torch.tensor(prompt[1:])]
+    want = hf_greedy(path, [prompt], 8)[0]
+    llm = LLM(str(path), dtype="float32", max_model_len=512, max_num_batched_tokens=128, enforce_eager=True,
+              attention_backend="cpu", kv_cache_memory_bytes=256 * 2**20)
+    runner, mgr = llm.llm_engine.engine_core.model_runner, llm.llm_engine.engine_core.scheduler.kv_cache_manager
+    assert runner.attn.name == "hybrid-cpu" and len(runner.kv_cache_groups) == 4  # 6 attention layers; 18 DeltaNet in 3 groups
+    out = llm.generate([dict(prompt_token_ids=prompt)], SamplingParams(max_tokens=8, prompt_logprobs=0, **GREEDY))[0]
+    assert out.outputs[0].token_ids == want
+    got_lp = torch.tensor([d[t].logprob for d, t in zip(out.prompt_logprobs[1:], prompt[1:])])
+    torch.testing.assert_close(got_lp, want_lp, atol=2e-3, rtol=0)
+    assert mgr.block_pool.get_num_free_blocks() == mgr.block_pool.num_blocks - 1
+
+
+def test_server_serves_qwen3_5(qwen35):
+    "POST /v1/completions on a Qwen3.5 model: transformers' greedy tokens, two requests at once."
+    from litevllm.async_llm import AsyncLLM, AsyncEngineArgs
+    from litevllm.server import build_app
+    path, prompts, want = qwen35
+    eng = AsyncLLM.from_engine_args(AsyncEngineArgs(model=str(path), dtype="float32", max_model_len=128,
+                                                    kv_cache_memory_bytes=8 * 2**20, attention_backend="sdpa"), served_model_name="q35")
+    try:
+        app = build_app(eng, ["q35"])
+        async def go():
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=120) as c:
+                return await asyncio.gather(*(c.post("/v1/completions", json=dict(model="q35", prompt=p, max_tokens=20, return_token_ids=True, **GREEDY))
+                                              for p in prompts[:2]))
+        for r, w in zip(asyncio.run(go()), want):
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["token_ids"] == w[:20]
+    finally: eng.shutdown()
+
+
+def test_qwen3_5_refused_with_what_it_cannot_serve_yet(qwen35):
+    "Tensor parallelism, speculative decoding, LoRA with a linear-attention model: a ValueError naming the option."
+    from litevllm.config import EngineArgs
+    for kw, name in ((dict(tensor_parallel_size=2), "tensor_parallel_size"), (dict(enable_lora=True), "enable_lora"),
+                     (dict(speculative_config=dict(method="ngram", num_speculative_tokens=2, prompt_lookup_max=2)), "speculative_config")):
+        with pytest.raises(ValueError, match=f"{name}.*linear-attention"): EngineArgs(model=str(qwen35[0]), max_model_len=128, **kw).create_engine_config()

@@ -230,6 +230,10 @@ MODEL_SHAPES = {  # each model's config.json numbers (architecture, not weights)
                       num_attention_heads=4, num_key_value_heads=1, head_dim=256, sliding_window=512, query_pre_attn_scalar=256,
                       max_position_embeddings=32768, rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
                                                                       "full_attention": {"rope_type": "default", "rope_theta": 1e6}}),
+    "qwen3.5-0.8b": dict(model_type="qwen3_5_text", vocab_size=248320, hidden_size=1024, intermediate_size=3584, num_hidden_layers=24,
+                         num_attention_heads=8, num_key_value_heads=2, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=16,
+                         linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4, max_position_embeddings=32768,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}),
 }
 
 # %% ../../nbs/50a_bench_datasets.ipynb #cac717db

@@ -278,16 +278,18 @@ def stacked_name(name:str) -> tuple[str, int]:
     target, shard = _PACKED[packed]
     return name.replace(packed, target), shard
 
-def _shard_sizes(model, name):
-    attn = model.layers[0].self_attn
-    return [attn.q_size, attn.kv_size, attn.kv_size] if name == "qkv_proj" else [model.layers[0].mlp.inter] * 2
+def _shard_sizes(model, path:str):
+    "The parts' rows of the stacked layer at `path` (e.g. `layers.3.self_attn.qkv_proj`), read from the module that holds it."
+    owner, _, name = path.rpartition(".")
+    m = model.get_submodule(owner)
+    return [m.q_size, m.kv_size, m.kv_size] if name == "qkv_proj" else [m.inter] * 2
 
 # %% ../../nbs/06_models.ipynb #bcae900e
 def default_weight_loader(model, name:str, loaded, shard:int=0):
     "Copy a whole checkpoint tensor (a lazy slice) into parameter `name`; part `shard` of a stacked q/k/v or gate/up: its rows."
     dst, module = model.get_parameter(name).data, name.split(".")[-2]
     if module in ("qkv_proj", "gate_up_proj"):
-        sizes = _shard_sizes(model, module)
+        sizes = _shard_sizes(model, name.rpartition(".")[0])
         dst = dst.narrow(0, sum(sizes[:shard]), sizes[shard])
     t = loaded[:]
     if t.shape != dst.shape: raise ValueError(f"shape {tuple(t.shape)}, expected {tuple(dst.shape)}")

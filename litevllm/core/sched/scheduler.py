@@ -30,10 +30,10 @@ class Scheduler:
         self.max_num_seqs, self.max_num_batched_tokens = c.max_num_seqs, c.max_num_batched_tokens
         self.policy, self.enable_chunked_prefill = c.scheduling_policy, c.enable_chunked_prefill
         self.long_prefill_token_threshold = c.long_prefill_token_threshold
-        if num_blocks * c.block_size < self.max_model_len:
-            raise ValueError(f"max_model_len ({self.max_model_len}) is larger than the KV cache can hold "
-                             f"({num_blocks} blocks of {c.block_size} tokens): lower max_model_len or give the cache more memory")
         self.kv_cache_manager = self._make_kv_cache_manager(num_blocks)  # Part II: a hybrid one for models of several KV cache specs
+        if num_blocks * (bs := self.kv_cache_manager.block_size) < self.max_model_len:
+            raise ValueError(f"max_model_len ({self.max_model_len}) is larger than the KV cache can hold "
+                             f"({num_blocks} blocks of {bs} tokens): lower max_model_len or give the cache more memory")
         self.requests: dict[str, Request] = {}
         self.waiting = create_request_queue(self.policy)
         self.running: list[Request] = []
