@@ -21,11 +21,11 @@ logger = logging.getLogger("litevllm")
 
 # %% auto #0
 __all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'KV_ROLES', 'KV_PRODUCERS', 'KV_CONSUMERS',
-           'SLIDING_WINDOW_SUPPORT', 'PLUGIN_GROUP', 'EngineArgs', 'default_gguf_path', 'convert_gguf_to_hf',
-           'is_gguf_file', 'gguf_model_folder', 'default_model_path', 'resolve_model', 'ParallelConfig',
-           'SpeculativeConfig', 'KVTransferConfig', 'VllmConfig', 'layer_sliding_windows', 'check_no_sliding_window',
-           'check_quantization', 'get_head_size', 'cpu_attention_unsupported', 'resolve_attention_backend',
-           'load_general_plugins']
+           'SLIDING_WINDOW_SUPPORT', 'MULTIMODAL_TEXT_MODELS', 'PLUGIN_GROUP', 'EngineArgs', 'default_gguf_path',
+           'convert_gguf_to_hf', 'is_gguf_file', 'gguf_model_folder', 'default_model_path', 'resolve_model',
+           'ParallelConfig', 'SpeculativeConfig', 'KVTransferConfig', 'VllmConfig', 'layer_sliding_windows',
+           'check_no_sliding_window', 'check_quantization', 'text_model_config', 'get_head_size',
+           'cpu_attention_unsupported', 'resolve_attention_backend', 'load_general_plugins']
 
 # %% ../nbs/00b_config.ipynb #bb528d3b
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -426,13 +426,29 @@ def check_quantization(args:EngineArgs) -> str|None:
         if bad: raise ValueError(f"{name} {getattr(args, name)!r} is not supported with a GGUF model (its weights are not sharded or wrapped)")
     return "gguf"
 
+# %% ../nbs/00b_config.ipynb #662ce4d8
+MULTIMODAL_TEXT_MODELS = {}  # a multimodal architecture -> the text model class that serves its text (Part II's model plugins fill it)
+
+def text_model_config(hf_config):
+    "A multimodal checkpoint's text model config, architecture named, when a text model here serves it (vLLM's `hf_text_config`); else `hf_config`."
+    if getattr(hf_config, "text_config", None) is None: return hf_config
+    load_general_plugins()  # (below) the model plugins register their multimodal architectures
+    arch = next((a for a in getattr(hf_config, "architectures", None) or [] if a in MULTIMODAL_TEXT_MODELS), None)
+    if arch is None: return hf_config
+    import copy
+    text = copy.deepcopy(hf_config.get_text_config())
+    text.architectures = [MULTIMODAL_TEXT_MODELS[arch]]
+    if getattr(text, "dtype", None) is None: text.dtype = getattr(hf_config, "dtype", None)
+    text.tie_word_embeddings = getattr(hf_config, "tie_word_embeddings", text.tie_word_embeddings)  # the whole model's (its LM head)
+    return text
+
 # %% ../nbs/00b_config.ipynb #3918466c
 @patch
 def create_engine_config(self:EngineArgs, usage_context:str|None=None) -> VllmConfig:
     "Resolve these args against the model and the machine (`usage_context`: 'openai_api_server' for the server's defaults)."
     from transformers import AutoConfig
     path = resolve_model(self.model)
-    hf_config = AutoConfig.from_pretrained(path)
+    hf_config = text_model_config(AutoConfig.from_pretrained(path))  # a multimodal checkpoint: its text model's
     quantization = check_quantization(self)
     device = resolve_device(self.device)
     dtype = resolve_dtype(self.dtype, hf_config, device)

@@ -195,6 +195,10 @@ class LlamaForCausalLM(nn.Module):
 
     def embed_input_ids(self, input_ids): return self.embed_tokens(input_ids)  # (tokens,) -> (tokens, hidden)
 
+    def checkpoint_name(self, hf_name:str) -> str|None:
+        "A checkpoint tensor's name here (None: not this model's to load)."
+        return hf_name.removeprefix("model.")
+
     def set_rope(self, max_positions:int):
         "Rebuild the rope tables every layer shares (a model made on the meta device has none)."
         rope = RotaryEmbedding(self.config, self.layers[0].self_attn.head_dim, max_positions)
@@ -318,7 +322,8 @@ def load_weights(model:LlamaForCausalLM, path:Path):
     for f in files:
         with safe_open(str(f), framework="pt") as st:
             for hf_name in st.keys():
-                name, shard = stacked_name(hf_name.removeprefix("model."))
+                if (own := model.checkpoint_name(hf_name)) is None: continue  # a part this model does not serve
+                name, shard = stacked_name(own)
                 if name == "lm_head.weight" and model.config.tie_word_embeddings: continue
                 mname, _, pname = name.rpartition(".")
                 if (mname, pname, shard) not in expected: raise ValueError(f"unexpected weight {hf_name} in {f.name}")
