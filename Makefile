@@ -77,6 +77,7 @@ check-sync:
 # `nbdev-test` by hand still does the same check, without the cache.
 # cells flagged `#| slow` or `#| gpu` (tst_flags) run only when named: make test NBFLAGS="slow gpu"
 # Two notebooks run at once on 2 cores: one torch thread each (two each would spin against each other).
+# The longest start first (the last run's times: .cache/docs/timings.json, else tools/nbtest_timings.json).
 NBFLAGS ?=
 nbtest:
 	OMP_NUM_THREADS=1 $(PY) tools/build_docs.py --execute-only --n-workers 2 --timing --flags "$(NBFLAGS)"

@@ -54,6 +54,17 @@ MODULE_FILES = re.compile(r'^\d+[a-z]?_(sched|openai)_|_compat$')
 MODULE_FILES_TITLE = 'Module files'
 CACHE = ROOT/'.cache'/'docs'
 TASKS_PER_WORKER = 4  # notebooks a worker process runs before a fresh one takes over
+# Seconds each notebook took to execute, by path: the longest start first (a batch of workers waits for its slowest
+# notebook; started first, the others fill the other worker meanwhile). `make nbtest` writes this machine's into
+# CACHE/timings.json; a fresh clone (CI) reads the committed table, refreshed by copying that file here now and then.
+TIMINGS = ROOT/'tools'/'nbtest_timings.json'
+UNKNOWN_SECONDS = 10  # a notebook in neither table (a new one): placed among the middling ones
+
+def expected_seconds() -> dict[str, float]:
+    "Each notebook's last measured execution time: this machine's last `make nbtest`, else the committed table."
+    for f in (CACHE/'timings.json', TIMINGS):
+        if f.exists(): return json.loads(f.read_text())
+    return {}
 
 # --- 1. nbdev processing (runs in worker processes) ---------------------------------------------------------------------
 
@@ -472,10 +483,11 @@ def _per_folder(fn, items, n_workers):
     (it turns the interpreter on before, on a machine without CUDA). Spawn: a fresh interpreter per worker, so the
     build's own imports never leak into notebooks. Results in the order of `items`."""
     from fastcore.parallel import parallel
-    groups = {}
+    groups, expected = {}, expected_seconds()
     for i, it in enumerate(items): groups.setdefault(Path(it[0]).parent, []).append(i)
     res = [None] * len(items)
     for idx in groups.values():
+        idx = sorted(idx, key=lambda i: -expected.get(_shown(items[i][0]), UNKNOWN_SECONDS))  # longest first
         # fresh workers every few notebooks: a worker that ran many keeps what their engines allocated (the model runner
         # asks glibc to keep freed memory), and two such workers outgrew a 24 GB machine. (A pool's max_tasks_per_child
         # would do it, but hangs on Python 3.11.)
@@ -687,6 +699,9 @@ def execute(paths=(), flags='', n_workers=2, timing=False, use_cache=True, show_
         _worker_env()
         res = _per_folder(_test_one, items, n_workers)
     passed, times = zip(*res)
+    if use_cache:  # the next run's order (see TIMINGS)
+        CACHE.mkdir(parents=True, exist_ok=True)
+        (CACHE/'timings.json').write_text(json.dumps(expected_seconds() | {_shown(f): round(t, 1) for f, t in zip(files, times) if f in documented}, indent=0, sort_keys=True))
     if all(passed): print(f'Success: {len(files)} notebooks executed in {time.time() - t0:.0f}s'
                           + (f', saved to {os.path.relpath(CACHE, ROOT)}/ for the docs build' if use_cache else ''))
     if timing:
