@@ -245,3 +245,15 @@ def test_qwen3_5_refused_with_what_it_cannot_serve_yet(qwen35):
     for kw, name in ((dict(tensor_parallel_size=2), "tensor_parallel_size"), (dict(enable_lora=True), "enable_lora"),
                      (dict(speculative_config=dict(method="ngram", num_speculative_tokens=2, prompt_lookup_max=2)), "speculative_config")):
         with pytest.raises(ValueError, match=f"{name}.*linear-attention"): EngineArgs(model=str(qwen35[0]), max_model_len=128, **kw).create_engine_config()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() and __import__("os").environ.get("TRITON_INTERPRET") != "1",
+                    reason="needs CUDA or TRITON_INTERPRET=1 (set by conftest.py on CPU)")
+def test_small_qwen3_5_through_the_triton_kernels(qwen35):
+    "Qwen3.5's attention layers through the Triton kernels (interpreted on CPU), blocks of 2 kernel blocks each: transformers' tokens."
+    path, prompts, want = qwen35
+    llm = LLM(str(path), dtype="float32", max_model_len=128, max_num_batched_tokens=16, enforce_eager=True, attention_backend="triton")
+    runner = llm.llm_engine.engine_core.model_runner
+    assert runner.attn.name == "hybrid-triton" and runner.kernel_blocks_per_block == 2
+    got = llm.generate([dict(prompt_token_ids=p) for p in prompts[:2]], SamplingParams(max_tokens=12, **GREEDY))
+    assert [o.outputs[0].token_ids for o in got] == [w[:12] for w in want[:2]]
