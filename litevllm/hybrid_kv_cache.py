@@ -425,8 +425,8 @@ class MambaStateBackend:
         "The step's requests' states (`which`: their indices; all), one tensor (requests, *shape) each; zeros for a request's first step."
         idx, init = self.md.state_indices, self.md.has_initial_state
         parts = self.parts[layer_idx]
-        return [torch.cat([p[idx] for p in parts[i]], 1) * init.view(-1, *[1] * len(self.spec.shapes[i]))
-                for i in (which or range(len(parts)))]
+        out = [torch.cat([p[idx] for p in parts[i]], 1) if len(parts[i]) > 1 else parts[i][0][idx] for i in (which or range(len(parts)))]
+        return [s.mul_(init.view(-1, *[1] * (s.dim() - 1))) for s in out]
 
     def write(self, layer_idx:int, states:list[torch.Tensor], which=None):
         "Store the step's requests' new states (as `read` gave them) in their blocks."
@@ -480,6 +480,7 @@ def _init_kv_cache(self:ModelRunner):
                 for g in groups]
     self.attn = HybridAttentionBackend(backends, {l: i for i, g in enumerate(groups) for l in g.layer_names})
 
+# %% ../nbs/30_hybrid_kv_cache.ipynb #b4f85672
 _part1_attention_metadata = ModelRunner._attention_metadata
 
 @patch
