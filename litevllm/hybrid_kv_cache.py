@@ -6,13 +6,13 @@ Docs: https://litevllm.github.io/litevllm/hybrid_kv_cache.html.md"""
 
 # %% ../nbs/30_hybrid_kv_cache.ipynb #61bb95ea
 from __future__ import annotations
-import copy, logging, math
+import copy, math
 from collections import defaultdict
 from dataclasses import dataclass, fields, replace
 import numpy as np, torch
 from fastcore.basics import patch
 from .platforms import cdiv
-from .config import SLIDING_WINDOW_SUPPORT, layer_sliding_windows, get_head_size
+from .config import SLIDING_WINDOW_SUPPORT, layer_sliding_windows, get_head_size, logger
 from .request import Request
 from .kv_cache import KVCacheBlock, BlockPool, BlockHash, PrefixCacheStats, KVCacheManager, update_block_hashes
 from .attention import (AttentionMetadata, build_attention_metadata, allocate_kv_caches, determine_num_blocks,
@@ -21,10 +21,8 @@ from .core.sched.scheduler import Scheduler
 from .model_runner import ModelRunner
 from .models.llama import MODEL_CLASSES
 
-logger = logging.getLogger(__name__)
-
 # %% auto #0
-__all__ = ['logger', 'MANAGER_CLASSES', 'KVCacheSpec', 'AttentionSpec', 'FullAttentionSpec', 'SlidingWindowSpec', 'MambaSpec',
+__all__ = ['MANAGER_CLASSES', 'KVCacheSpec', 'AttentionSpec', 'FullAttentionSpec', 'SlidingWindowSpec', 'MambaSpec',
            'unify_page_sizes', 'get_kv_cache_spec', 'KVCacheGroupSpec', 'get_kv_cache_groups', 'KVCacheTensor',
            'KVCacheConfig', 'get_kv_cache_config', 'SingleTypeKVCacheManager', 'FullAttentionManager',
            'SlidingWindowManager', 'MambaManager', 'KVCacheCoordinator', 'HybridKVCacheManager', 'kv_cache_groups_of',
@@ -407,7 +405,7 @@ class MambaStateBackend:
     "A state group's layers: block `b`'s states live in page `b` of the layer's tensor, half in its K bytes, half in its V bytes."
     name = "mamba"
     def __init__(self, kv_caches:list, layers:list[int], spec:MambaSpec, num_blocks:int):
-        self.spec, self.md, self.kv_caches, self.parts = spec, None, kv_caches, {}
+        self.spec, self.md, self.parts = spec, None, {}
         big, h1 = max(range(len(spec.shapes)), key=lambda i: math.prod(spec.shapes[i])), spec.split_rows
         for l in layers:  # each half as (num_blocks, floats): a manager block's kernel blocks lie side by side
             a, b = [t.view(torch.uint8).reshape(num_blocks, -1).view(torch.float32) for t in kv_caches[l]]
