@@ -486,10 +486,10 @@ def _attention_metadata(self:ModelRunner, query_lens, seq_lens, tables):
     "One metadata per KV cache group (Part I's one for a single group); a state group's: its blocks and who starts from zero."
     if getattr(self, "kv_cache_groups", None) is None: return _part1_attention_metadata(self, query_lens, seq_lens, tables)
     k, mds = self.kernel_blocks_per_block, []
+    started = torch.from_numpy(np.asarray(seq_lens) - np.asarray(query_lens) > 0).to(self.device)  # the same for every state group
+    qsl = np.concatenate([[0], np.cumsum(query_lens)])
     for g, group in enumerate(self.kv_cache_groups):
         if isinstance(group.kv_cache_spec, MambaSpec):
-            started = torch.from_numpy(np.asarray(seq_lens) - np.asarray(query_lens) > 0).to(self.device)
-            qsl = np.concatenate([[0], np.cumsum(query_lens)])
             mds.append(MambaMetadata(torch.tensor([t[g][0] for t in tables], device=self.device), started, qsl))
             continue
         rows = [t[g] if k == 1 else (np.asarray(t[g], dtype=np.int64)[:, None] * k + np.arange(k)).ravel() for t in tables]

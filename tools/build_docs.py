@@ -61,10 +61,8 @@ TIMINGS = ROOT/'tools'/'nbtest_timings.json'
 UNKNOWN_SECONDS = 10  # a notebook in neither table (a new one): placed among the middling ones
 
 def expected_seconds() -> dict[str, float]:
-    "Each notebook's last measured execution time: this machine's last `make nbtest`, else the committed table."
-    for f in (CACHE/'timings.json', TIMINGS):
-        if f.exists(): return json.loads(f.read_text())
-    return {}
+    "Each notebook's last measured execution time: this machine's last `make nbtest` where it has one, else the committed table's."
+    return {k: v for f in (TIMINGS, CACHE/'timings.json') if f.exists() for k, v in json.loads(f.read_text()).items()}
 
 # --- 1. nbdev processing (runs in worker processes) ---------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from ..kernels.cpu_attention import build_cpu_library
 
 # %% auto #0
 __all__ = ['recurrent_gated_delta_rule', 'chunk_gated_delta_rule', 'RMSNormGated', 'l2norm', 'GatedDeltaNet', 'GatedDeltaDecode',
-           'Qwen3_5Attention', 'rotary_dim', 'Qwen3_5DecoderLayer', 'Qwen3_5ForCausalLM']
+           'rotary_dim', 'Qwen3_5Attention', 'Qwen3_5DecoderLayer', 'Qwen3_5ForCausalLM']
 
 # %% ../../nbs/32_qwen3_5.ipynb #9b24e1a9
 def recurrent_gated_delta_rule(q, k, v, g, beta, state):
@@ -153,6 +153,11 @@ def forward(self:GatedDeltaNet, x, attn):
     return self.out_proj(o.reshape(T, self.value_dim))
 
 # %% ../../nbs/32_qwen3_5.ipynb #85e1aab3
+def rotary_dim(config) -> int:
+    "How many of a head's dimensions rotate."
+    p = getattr(config, "rope_parameters", None) or {}
+    return int(get_head_size(config) * p.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)))
+
 class Qwen3_5Attention(nn.Module):
     "Full attention with a sigmoid gate per output value and rotation on `partial_rotary_factor` of each head."
     def __init__(self, config, layer_idx:int, rope:RotaryEmbedding):
@@ -176,10 +181,6 @@ class Qwen3_5Attention(nn.Module):
         o = attn(self.layer_idx, q, k, v.reshape(T, self.num_kv_heads, D))
         return self.o_proj(o.reshape(T, H * D) * torch.sigmoid(gate.reshape(T, H * D)))
 
-def rotary_dim(config) -> int:
-    "How many of a head's dimensions rotate."
-    p = getattr(config, "rope_parameters", None) or {}
-    return int(get_head_size(config) * p.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)))
 
 # %% ../../nbs/32_qwen3_5.ipynb #f1230f7d
 class Qwen3_5DecoderLayer(nn.Module):
