@@ -54,8 +54,10 @@ def _cpu_id() -> str:
     return f"{info.model} {info.forced} {' '.join(sorted(info.flags))}"
 
 def _source_text(name:str) -> str:
-    "What `CSRC/name.cpp` is compiled from: the file and every header beside it (any of them may be included)."
-    return "\n".join((CSRC/f).read_text() for f in [f"{name}.cpp", *sorted(h.name for h in CSRC.glob("*.h"))])
+    "What `CSRC/name.cpp` is compiled from: the file, every header beside it, and the `.cpp` files it includes (06's decode step)."
+    text = (CSRC/f"{name}.cpp").read_text()
+    own = re.findall(r'^#include "(\w+\.cpp)"', text, re.M)
+    return "\n".join([text, *((CSRC/f).read_text() for f in [*own, *sorted(h.name for h in CSRC.glob("*.h"))])])
 
 # %% ../../kernels_nbs/02_cpu_attention.ipynb #dac93d43
 @functools.lru_cache(None)

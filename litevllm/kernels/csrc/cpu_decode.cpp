@@ -1,0 +1,69 @@
+// litevllm's decode step on CPU: every decoder layer of a Llama-family model for a few rows in one call.
+// kernels_nbs/06_cpu_decode_step.ipynb explains it one section at a time. It adds no arithmetic of its own: each
+// step below is a function of cpu_ops.cpp or cpu_attention.cpp, called in the order the torch model calls them,
+// so its results are those of the model's CPU ops, bit for bit. What it removes is Python between them.
+
+// @section includes
+#include "cpu_ops.cpp"        // rms_norm, rotary, silu_and_mul, linear_few_rows (kernels_nbs/03)
+#include "cpu_attention.cpp"  // store_kv, the paged attention kernel (kernels_nbs/02)
+
+// @section tables
+// One decoder layer: pointers into the model's tensors and the layer's KV cache, set once per model and cache.
+struct DecodeLayer {
+  const void *ln1, *ln2;                    // input_layernorm's and post_attention_layernorm's weights
+  const void *q_norm, *k_norm;              // Qwen3's per-head norms; null: none
+  const void *qkv, *qkv_bias, *o, *gate_up, *down;  // oneDNN-packed weights (their data); qkv_bias may be null
+  int32_t qkv_nb, o_nb, gate_up_nb, down_nb;        // each packed weight's block of outputs (linear_few_rows' NB)
+  int32_t use_rope, sliding_window;                 // SmolLM3's NoPE layers: 0; window: 0 = none
+  void *k_cache, *v_cache;                          // this layer's caches in cpu_attention's layout
+};
+// The model's shape, the same for every layer.
+struct DecodeShape { int32_t bf, hidden, H, Hkv, D, inter, block_size; float eps, scale; };
+// This step: its rows and the attention metadata every layer shares.
+struct DecodeStep {
+  int64_t T;                                // rows (tokens) in the step
+  const float *cos, *sin;                   // (T, D/2) float32: the rows' rotary tables
+  const int64_t* slots;                     // (T,) each token's KV slot
+  const int32_t* tables; int64_t tstride;   // (B, max blocks) block tables
+  const int32_t *seq_lens, *qsl; int32_t B; // (B,) context lengths; (B + 1,) where each request's rows start
+};
+
+// @section layer
+// One layer, as DecoderLayer.forward runs it: h (T, hidden) is the previous layer's output, added into the residual
+// stream before the first norm (the first layer's residual starts at zero, so it becomes the embeddings). Scratch:
+// qkv (T, q + 2kv), att (T, q), gu (T, 2I), act (T, I); the layer's output replaces h.
+static int decode_layer(const DecodeShape& s, const DecodeLayer& L, const DecodeStep& st, void* h, void* res,
+                        void* qkv, void* att, void* gu, void* act) {
+  const int64_t T = st.T; const int q = s.H * s.D, kv = s.Hkv * s.D, nqkv = q + 2 * kv, es = s.bf ? 2 : 4;
+  char* const qkvb = (char*)qkv;
+  litevllm_rms_norm(s.bf, h, res, L.ln1, h, T, s.hidden, s.eps);                      // res += h; h = norm(res)
+  if (litevllm_linear_few_rows(s.bf, h, s.hidden, L.qkv, L.qkv_bias, qkv, T, s.hidden, nqkv, L.qkv_nb)) return 1;
+  if (L.q_norm)                                                                       // Qwen3: each head normed
+    for (int64_t t = 0; t < T; t++) {
+      litevllm_rms_norm(s.bf, qkvb + t * nqkv * es, nullptr, L.q_norm, qkvb + t * nqkv * es, s.H, s.D, s.eps);
+      litevllm_rms_norm(s.bf, qkvb + (t * nqkv + q) * es, nullptr, L.k_norm, qkvb + (t * nqkv + q) * es, s.Hkv, s.D, s.eps);
+    }
+  if (L.use_rope) litevllm_rotary(s.bf, qkvb, nqkv, s.H, qkvb + q * es, nqkv, s.Hkv, s.D, st.cos, st.sin, T);
+  litevllm_store_kv(s.bf, qkvb + q * es, nqkv, qkvb + (q + kv) * es, nqkv, L.k_cache, L.v_cache, st.slots, T, s.Hkv, s.D);
+  if (litevllm_cpu_attention(s.bf, qkvb, nqkv, L.k_cache, L.v_cache, att, st.tables, st.tstride, st.seq_lens, st.qsl,
+                             st.B, s.H, s.Hkv, s.D, s.block_size, s.scale, L.sliding_window)) return 2;
+  if (litevllm_linear_few_rows(s.bf, att, q, L.o, nullptr, h, T, q, s.hidden, L.o_nb)) return 3;
+  litevllm_rms_norm(s.bf, h, res, L.ln2, h, T, s.hidden, s.eps);                      // res += attention; h = norm(res)
+  if (litevllm_linear_few_rows(s.bf, h, s.hidden, L.gate_up, nullptr, gu, T, s.hidden, 2 * s.inter, L.gate_up_nb)) return 4;
+  litevllm_silu_and_mul(s.bf, gu, act, T, s.inter);
+  if (litevllm_linear_few_rows(s.bf, act, s.inter, L.down, nullptr, h, T, s.inter, s.hidden, L.down_nb)) return 5;
+  return 0;
+}
+
+// @section entry
+// Every layer in turn; h and res are the model's (T, hidden) stream, scratch holds T * (q + 2kv + q + 3I) values.
+// 0: done; else 10 * layer + the step that refused (the caller checked shapes, so only a kernel's own refusal).
+extern "C" int litevllm_decode_layers(const DecodeShape* s, const DecodeLayer* layers, int32_t n, const DecodeStep* st,
+                                      void* h, void* res, void* scratch) {
+  const int64_t T = st->T, es = s->bf ? 2 : 4, q = s->H * s->D, kv = s->Hkv * s->D;
+  char* qkv = (char*)scratch; char* att = qkv + T * (q + 2 * kv) * es;
+  char* gu = att + T * q * es; char* act = gu + T * 2 * s->inter * es;
+  for (int32_t i = 0; i < n; i++)
+    if (int rc = decode_layer(*s, layers[i], *st, h, res, qkv, att, gu, act)) return 10 * i + rc;
+  return 0;
+}
