@@ -15,11 +15,12 @@ import gguf
 from fastcore.basics import patch
 from gguf import GGMLQuantizationType
 from ..kernels.gguf import block_layout, check_block_type, dequantize, gguf_linear_raw, gguf_rows, load_gguf_kernels, random_gguf_weight
+from ..kernels.cpu_decode import DECODE_LINEARS, DecodeLinear
 from .llama import CustomOp, LlamaForCausalLM, MODEL_LOADERS, materialize, finalize, onednn_linear_available
 
 # %% auto #0
-__all__ = ['FLOAT_TYPES', 'GGUF_KERNEL_ROWS', 'GGUFLinear', 'GGUFEmbedding', 'unpermute_rows', 'GGUFCheckpoint',
-           'load_gguf_model', 'save_random_gguf']
+__all__ = ['FLOAT_TYPES', 'GGUF_KERNEL_ROWS', 'GGUFLinear', 'gguf_decode_linear', 'GGUFEmbedding', 'unpermute_rows',
+           'GGUFCheckpoint', 'load_gguf_model', 'save_random_gguf']
 
 # %% ../../nbs/29_gguf.ipynb #5b25abda
 FLOAT_TYPES = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: torch.float16, GGMLQuantizationType.BF16: torch.bfloat16}
@@ -87,6 +88,17 @@ def forward_cpu(self:GGUFLinear, x):
 def dispatch_forward(self:GGUFLinear, platform, dtype):  # the CPU's kernels only where they build
     f = CustomOp.dispatch_forward(self, platform, dtype)
     return f if f != self.forward_cpu or load_gguf_kernels() is not None else self.forward_native
+
+# %% ../../nbs/29_gguf.ipynb #955939ce
+def gguf_decode_linear(lin:GGUFLinear) -> DecodeLinear|None:
+    "A `GGUFLinear` as the C++ decode step reads it: its parts of blocks (None: a float part, a bias, more than 3 parts, or no C++ kernels)."
+    parts = lin.part_data()
+    if lin._forward_method != lin.forward_cpu or lin.bias is not None or len(parts) > 3 or any(qt in FLOAT_TYPES for qt, *_ in parts): return None
+    d = DecodeLinear(parts=len(parts))
+    for i, (qt, _, n, data) in enumerate(parts): d.type[i], d.rows[i], d.blocks[i] = qt.value, n, data.data_ptr()
+    return d
+
+DECODE_LINEARS[GGUFLinear] = gguf_decode_linear
 
 # %% ../../nbs/29_gguf.ipynb #305aa042
 class GGUFEmbedding(nn.Module):

@@ -1,21 +1,29 @@
 // litevllm's decode step on CPU: every decoder layer of a Llama-family model for a few rows in one call.
 // kernels_nbs/06_cpu_decode_step.ipynb explains it one section at a time. It adds no arithmetic of its own: each
-// step below is a function of cpu_ops.cpp or cpu_attention.cpp, called in the order the torch model calls them,
-// so its results are those of the model's CPU ops, bit for bit. What it removes is Python between them.
+// step below is a function of cpu_ops.cpp, cpu_attention.cpp or gguf.cpp, called in the order the torch model calls
+// them, so its results are those of the model's CPU ops, bit for bit. What it removes is Python between them.
 
 // @section includes
 #include "cpu_ops.cpp"        // rms_norm, rotary, silu_and_mul, linear_few_rows (kernels_nbs/03)
 #include "cpu_attention.cpp"  // store_kv, the paged attention kernel (kernels_nbs/02)
+#include "gguf.cpp"           // litevllm_gguf_linear: a linear layer kept as GGUF blocks (kernels_nbs/05)
 
 // @section tables
+// One linear layer: a oneDNN-packed float weight (parts = 0), or up to 3 parts of GGUF blocks (a GGUF file's q, k and v
+// may each have a type of their own), each part's rows after the previous part's in the output.
+struct DecodeLinear {
+  const void* w; int32_t nb;                // packed: the weight's data and its block of outputs (linear_few_rows' NB)
+  int32_t parts, type[3], rows[3];          // GGUF: how many parts, each one's ggml type and rows...
+  const void* blocks[3];                    // ...and blocks
+};
 // One decoder layer: pointers into the model's tensors and the layer's KV cache, set once per model and cache.
 struct DecodeLayer {
   const void *ln1, *ln2;                    // input_layernorm's and post_attention_layernorm's weights
   const void *q_norm, *k_norm;              // Qwen3's per-head norms; null: none
-  const void *qkv, *qkv_bias, *o, *gate_up, *down;  // oneDNN-packed weights (their data); qkv_bias may be null
-  int32_t qkv_nb, o_nb, gate_up_nb, down_nb;        // each packed weight's block of outputs (linear_few_rows' NB)
-  int32_t use_rope, sliding_window;                 // SmolLM3's NoPE layers: 0; window: 0 = none
-  void *k_cache, *v_cache;                          // this layer's caches in cpu_attention's layout
+  const void* qkv_bias;                     // Qwen2's (packed weights only); null: none
+  DecodeLinear qkv, o, gate_up, down;
+  int32_t use_rope, sliding_window;         // SmolLM3's NoPE layers: 0; window: 0 = none
+  void *k_cache, *v_cache;                  // this layer's caches in cpu_attention's layout
 };
 // The model's shape, the same for every layer.
 struct DecodeShape { int32_t bf, hidden, H, Hkv, D, inter, block_size; float eps, scale; };
@@ -28,6 +36,17 @@ struct DecodeStep {
   const int32_t *seq_lens, *qsl; int32_t B; // (B,) context lengths; (B + 1,) where each request's rows start
 };
 
+// @section linear
+// y (T, N) = x (T, K) W^T (+ bias, packed weights only): linear_few_rows on a packed weight, or the GGUF kernel once
+// per part into the part's columns of y, as 29_gguf's GGUFLinear calls it. Nonzero: a kernel refused the layout.
+static int linear(int bf, const DecodeLinear& L, const void* x, const void* bias, void* y, int64_t T, int K, int N) {
+  if (!L.parts) return litevllm_linear_few_rows(bf, x, K, L.w, bias, y, T, K, N, L.nb);
+  for (int i = 0, start = 0; i < L.parts; start += L.rows[i], i++)
+    if (litevllm_gguf_linear(L.type[i], bf, x, K, (const uint8_t*)L.blocks[i], nullptr, (char*)y + int64_t(start) * (bf ? 2 : 4),
+                             N, T, K, L.rows[i])) return 1;
+  return 0;
+}
+
 // @section layer
 // One layer, as DecoderLayer.forward runs it: h (T, hidden) is the previous layer's output, added into the residual
 // stream before the first norm (the first layer's residual starts at zero, so it becomes the embeddings). Scratch:
@@ -37,7 +56,7 @@ static int decode_layer(const DecodeShape& s, const DecodeLayer& L, const Decode
   const int64_t T = st.T; const int q = s.H * s.D, kv = s.Hkv * s.D, nqkv = q + 2 * kv, es = s.bf ? 2 : 4;
   char* const qkvb = (char*)qkv;
   litevllm_rms_norm(s.bf, h, res, L.ln1, h, T, s.hidden, s.eps);                      // res += h; h = norm(res)
-  if (litevllm_linear_few_rows(s.bf, h, s.hidden, L.qkv, L.qkv_bias, qkv, T, s.hidden, nqkv, L.qkv_nb)) return 1;
+  if (linear(s.bf, L.qkv, h, L.qkv_bias, qkv, T, s.hidden, nqkv)) return 1;
   if (L.q_norm)                                                                       // Qwen3: each head normed
     for (int64_t t = 0; t < T; t++) {
       litevllm_rms_norm(s.bf, qkvb + t * nqkv * es, nullptr, L.q_norm, qkvb + t * nqkv * es, s.H, s.D, s.eps);
@@ -47,11 +66,11 @@ static int decode_layer(const DecodeShape& s, const DecodeLayer& L, const Decode
   litevllm_store_kv(s.bf, qkvb + q * es, nqkv, qkvb + (q + kv) * es, nqkv, L.k_cache, L.v_cache, st.slots, T, s.Hkv, s.D);
   if (litevllm_cpu_attention(s.bf, qkvb, nqkv, L.k_cache, L.v_cache, att, st.tables, st.tstride, st.seq_lens, st.qsl,
                              st.B, s.H, s.Hkv, s.D, s.block_size, s.scale, L.sliding_window)) return 2;
-  if (litevllm_linear_few_rows(s.bf, att, q, L.o, nullptr, h, T, q, s.hidden, L.o_nb)) return 3;
+  if (linear(s.bf, L.o, att, nullptr, h, T, q, s.hidden)) return 3;
   litevllm_rms_norm(s.bf, h, res, L.ln2, h, T, s.hidden, s.eps);                      // res += attention; h = norm(res)
-  if (litevllm_linear_few_rows(s.bf, h, s.hidden, L.gate_up, nullptr, gu, T, s.hidden, 2 * s.inter, L.gate_up_nb)) return 4;
+  if (linear(s.bf, L.gate_up, h, nullptr, gu, T, s.hidden, 2 * s.inter)) return 4;
   litevllm_silu_and_mul(s.bf, gu, act, T, s.inter);
-  if (litevllm_linear_few_rows(s.bf, act, s.inter, L.down, nullptr, h, T, s.inter, s.hidden, L.down_nb)) return 5;
+  if (linear(s.bf, L.down, act, nullptr, h, T, s.inter, s.hidden)) return 5;
   return 0;
 }
 
