@@ -4,12 +4,15 @@
 
 // @section constants
 #include "cpu_vector.h"
+#include <cmath>
+#include <omp.h>
 #include <vector>
 
 constexpr int BS = 16;        // keys per block
 constexpr int NB = BS / VW;   // vectors per row of a block's keys: 1 on AVX-512, 2 on AVX2, 4 elsewhere
 constexpr int MAX_ROWS = 64;  // query rows per work item: query tokens x the query heads of one kv head
 constexpr int AHEAD = 4;  // blocks prefetched ahead of the one being read
+constexpr int MIN_PART = 8;   // a work item's keys are split (few items, long contexts) into parts of at least this many blocks
 #if defined(__AVX512F__) || defined(__aarch64__)
 constexpr int VREGS = 32;     // vector registers: zmm (AVX-512), NEON
 #else
@@ -26,9 +29,11 @@ static inline void prefetch_block(const T* kc, const T* vc, int64_t blk, int Hkv
 // One work item: R query rows (query tokens i0..i0+nq of one request x the G query heads of kv head h) against the
 // request's keys, one block at a time. Row r is token i0 + r / G, head h * G + r % G; it sees keys 0..pos[r], or with a
 // sliding window W > 0 only keys pos[r] - W + 1..pos[r]: blocks wholly before the first row's window are never read.
+// Only keys kbeg..kend-1 (whole blocks) are read; with `part`, each row's unnormalised sums, max and sum go there
+// (D + 2 floats a row) for `merge_parts`, not to `out`.
 template <typename T, int D, int RT>  // RT: rows per tile
 static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out, const int32_t* table, int first_pos, int i0,
-                        int nq, int G, int H, int Hkv, int h, float scale, int window) {
+                        int nq, int G, int H, int Hkv, int h, float scale, int window, int kbeg, int kend, float* part) {
   constexpr int C = D / VW;  // vectors per row of head_dim
   const int R = nq * G, Rp = (R + RT - 1) / RT * RT, n_keys = first_pos + nq;
   alignas(64) float Q[MAX_ROWS + RT][D];
@@ -44,12 +49,13 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
   }
   vf iota[NB]; for (int j = 0; j < BS; j++) iota[j / VW][j % VW] = j;
   const int W = window > 0 ? window : n_keys + 1;                // no window: every earlier key
-  const int kfirst = std::max(0, first_pos - W + 1) / BS * BS;  // the first block any row's window reaches
-  for (int k = 0; kfirst + k * BS < n_keys && k < AHEAD; k++) prefetch_block(kc, vc, table[kfirst / BS + k], Hkv, h, D);
+  const int kfirst = std::max(kbeg, std::max(0, first_pos - W + 1) / BS * BS);  // the first block any row's window reaches
+  const int kstop = std::min(n_keys, kend);
+  for (int k = 0; kfirst + k * BS < kstop && k < AHEAD; k++) prefetch_block(kc, vc, table[kfirst / BS + k], Hkv, h, D);
 
 // @section scores
-  for (int k0 = kfirst; k0 < n_keys; k0 += BS) {
-    if (k0 + AHEAD * BS < n_keys) prefetch_block(kc, vc, table[k0 / BS + AHEAD], Hkv, h, D);
+  for (int k0 = kfirst; k0 < kstop; k0 += BS) {
+    if (k0 + AHEAD * BS < kstop) prefetch_block(kc, vc, table[k0 / BS + AHEAD], Hkv, h, D);
     const int64_t blk = table[k0 / BS];
     const T* Kb = kc + (blk * Hkv + h) * D * BS;  // K transposed: [D][BS]
     const T* Vb = vc + (blk * Hkv + h) * BS * D;  // V: [BS][D]
@@ -112,10 +118,35 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
   }
 
 // @section write-out
+  if (part) {  // one part of a split item: what merge_parts needs
+    for (int r = 0; r < R; r++) {
+      float* p = part + int64_t(r) * (D + 2);
+      std::memcpy(p, acc[r], sizeof(float) * D); p[D] = m[r]; p[D + 1] = l[r];
+    }
+    return;
+  }
   for (int r = 0; r < R; r++) {
     T* o = out + (int64_t(i0 + r / G) * H + h * G + r % G) * D;
     const float inv = 1.f / l[r];
     for (int c = 0; c < C; c++) for (int j = 0; j < VW; j++) store(acc[r][c][j] * inv, o + c * VW + j);
+  }
+}
+
+// @section merge-parts
+// A split item's rows from its parts' partial sums: each part's sums rescaled to the largest max, added, divided once.
+template <typename T, int D>
+static void merge_parts(const float* parts, int nparts, int R, T* out, int i0, int G, int H, int h) {
+  for (int r = 0; r < R; r++) {
+    float mx = -1e30f, l = 0.f, o[D] = {};
+    for (int p = 0; p < nparts; p++) mx = std::max(mx, parts[(int64_t(p) * R + r) * (D + 2) + D]);
+    for (int p = 0; p < nparts; p++) {
+      const float* a = parts + (int64_t(p) * R + r) * (D + 2);
+      const float c = std::exp(a[D] - mx);
+      l += a[D + 1] * c;
+      for (int d = 0; d < D; d++) o[d] += a[d] * c;
+    }
+    T* dst = out + (int64_t(i0 + r / G) * H + h * G + r % G) * D;
+    for (int d = 0; d < D; d++) store(o[d] / l, dst + d);
   }
 }
 
@@ -129,17 +160,49 @@ static void attend(const T* q, int64_t qs, const T* kc, const T* vc, T* out, con
     for (int i = qsl[b]; i < qsl[b + 1]; i += qt)
       for (int h = 0; h < Hkv; h++) items.push_back((int64_t(b) << 40) | (int64_t(h) << 32) | i);
   const int64_t n_items = items.size();
-#pragma omp parallel for schedule(dynamic, 1)
+  // Fewer items than twice the threads (one user's decode: one item per KV head): each item's keys are cut into parts
+  // of whole blocks (at least MIN_PART), run as pieces of their own and merged after, so every thread has work.
+  const int threads = omp_get_max_threads();
+  const int want = n_items < 2 * threads && threads > 1 ? int((2 * threads + n_items - 1) / n_items) : 1;
+  std::vector<int> piece_item, piece_beg, piece_end; std::vector<int64_t> piece_off, item_off(n_items, -1);
+  int64_t floats = 0;
   for (int64_t it = 0; it < n_items; it++) {
+    const int b = int(items[it] >> 40), i0 = int(items[it] & 0xFFFFFFFF), nq = std::min(qt, qsl[b + 1] - i0);
+    const int n_keys = seq_lens[b] - (qsl[b + 1] - qsl[b]) + (i0 - qsl[b]) + nq, nblk = (n_keys + BS - 1) / BS;
+    const int per = std::max(MIN_PART, (nblk + want - 1) / want), n = want > 1 ? (nblk + per - 1) / per : 1;
+    if (n > 1) item_off[it] = floats;
+    for (int p = 0; p < n; p++) {
+      piece_item.push_back(int(it)); piece_beg.push_back(n > 1 ? p * per * BS : 0);
+      piece_end.push_back(n > 1 ? std::min(n_keys, (p + 1) * per * BS) : n_keys);
+      piece_off.push_back(n > 1 ? floats + int64_t(p) * nq * G * (D + 2) : -1);
+    }
+    if (n > 1) floats += int64_t(n) * nq * G * (D + 2);
+  }
+  std::vector<float> parts(floats);
+  const int64_t n_pieces = piece_item.size();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t pc = 0; pc < n_pieces; pc++) {
+    const int64_t it = piece_item[pc];
     const int b = int(items[it] >> 40), h = int((items[it] >> 32) & 0xFF), i0 = int(items[it] & 0xFFFFFFFF);
     const int nq = std::min(qt, qsl[b + 1] - i0);
     const int first_pos = seq_lens[b] - (qsl[b + 1] - qsl[b]) + (i0 - qsl[b]);  // position of query row i0
+    float* part = piece_off[pc] < 0 ? nullptr : parts.data() + piece_off[pc];
     // rows per tile: 4 (2 for head_dim > 64, whose accumulators take twice the registers); a decode item of fewer
     // rows (its query heads per kv head) gets tiles of exactly that many, with no padding rows
     const int R = nq * G;
-#define ITEM(rt) attend_item<T, D, rt>(q, qs, kc, vc, out, tables + b * tstride, first_pos, i0, nq, G, H, Hkv, h, scale, window)
+#define ITEM(rt) attend_item<T, D, rt>(q, qs, kc, vc, out, tables + b * tstride, first_pos, i0, nq, G, H, Hkv, h, scale, window, \
+                                       piece_beg[pc], piece_end[pc], part)
     if (R == 1) ITEM(1); else if (R == 2 || D > 64) ITEM(2); else if (R == 3) ITEM(3); else ITEM(4);
 #undef ITEM
+  }
+  if (!floats) return;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t it = 0; it < n_items; it++) {
+    if (item_off[it] < 0) continue;
+    const int b = int(items[it] >> 40), h = int((items[it] >> 32) & 0xFF), i0 = int(items[it] & 0xFFFFFFFF);
+    const int nq = std::min(qt, qsl[b + 1] - i0);
+    int n = 0; for (int64_t pc = 0; pc < n_pieces; pc++) n += piece_item[pc] == it;
+    merge_parts<T, D>(parts.data() + item_off[it], n, nq * G, out, i0, G, H, h);
   }
 }
 
