@@ -169,11 +169,11 @@ static void attend(const T* q, int64_t qs, const T* kc, const T* vc, T* out, con
   for (int64_t it = 0; it < n_items; it++) {
     const int b = int(items[it] >> 40), i0 = int(items[it] & 0xFFFFFFFF), nq = std::min(qt, qsl[b + 1] - i0);
     const int n_keys = seq_lens[b] - (qsl[b + 1] - qsl[b]) + (i0 - qsl[b]) + nq, nblk = (n_keys + BS - 1) / BS;
-    const int per = std::max(MIN_PART, (nblk + want - 1) / want), n = want > 1 ? (nblk + per - 1) / per : 1;
+    const int per = std::max(MIN_PART, nblk / want), n = want > 1 ? std::max(1, nblk / per) : 1;  // the last part: the rest
     if (n > 1) item_off[it] = floats;
     for (int p = 0; p < n; p++) {
       piece_item.push_back(int(it)); piece_beg.push_back(n > 1 ? p * per * BS : 0);
-      piece_end.push_back(n > 1 ? std::min(n_keys, (p + 1) * per * BS) : n_keys);
+      piece_end.push_back(p < n - 1 ? (p + 1) * per * BS : n_keys);
       piece_off.push_back(n > 1 ? floats + int64_t(p) * nq * G * (D + 2) : -1);
     }
     if (n > 1) floats += int64_t(n) * nq * G * (D + 2);
