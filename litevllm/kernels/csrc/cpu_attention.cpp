@@ -164,13 +164,14 @@ static void attend(const T* q, int64_t qs, const T* kc, const T* vc, T* out, con
   // of whole blocks (at least MIN_PART), run as pieces of their own and merged after, so every thread has work.
   const int threads = omp_get_max_threads();
   const int want = n_items < 2 * threads && threads > 1 ? int((2 * threads + n_items - 1) / n_items) : 1;
-  std::vector<int> piece_item, piece_beg, piece_end; std::vector<int64_t> piece_off, item_off(n_items, -1);
+  std::vector<int> piece_item, piece_beg, piece_end, item_parts(n_items, 1); std::vector<int64_t> piece_off, item_off(n_items, -1);
+  piece_item.reserve(n_items); piece_beg.reserve(n_items); piece_end.reserve(n_items); piece_off.reserve(n_items);
   int64_t floats = 0;
   for (int64_t it = 0; it < n_items; it++) {
     const int b = int(items[it] >> 40), i0 = int(items[it] & 0xFFFFFFFF), nq = std::min(qt, qsl[b + 1] - i0);
     const int n_keys = seq_lens[b] - (qsl[b + 1] - qsl[b]) + (i0 - qsl[b]) + nq, nblk = (n_keys + BS - 1) / BS;
     const int per = std::max(MIN_PART, nblk / want), n = want > 1 ? std::max(1, nblk / per) : 1;  // the last part: the rest
-    if (n > 1) item_off[it] = floats;
+    if (n > 1) item_off[it] = floats, item_parts[it] = n;
     for (int p = 0; p < n; p++) {
       piece_item.push_back(int(it)); piece_beg.push_back(n > 1 ? p * per * BS : 0);
       piece_end.push_back(p < n - 1 ? (p + 1) * per * BS : n_keys);
@@ -201,8 +202,7 @@ static void attend(const T* q, int64_t qs, const T* kc, const T* vc, T* out, con
     if (item_off[it] < 0) continue;
     const int b = int(items[it] >> 40), h = int((items[it] >> 32) & 0xFF), i0 = int(items[it] & 0xFFFFFFFF);
     const int nq = std::min(qt, qsl[b + 1] - i0);
-    int n = 0; for (int64_t pc = 0; pc < n_pieces; pc++) n += piece_item[pc] == it;
-    merge_parts<T, D>(parts.data() + item_off[it], n, nq * G, out, i0, G, H, h);
+    merge_parts<T, D>(parts.data() + item_off[it], item_parts[it], nq * G, out, i0, G, H, h);
   }
 }
 
