@@ -29,7 +29,7 @@ def human_readable_int(s:str) -> int:
 # %% ../nbs/40_cli.ipynb #94306ba8
 _HUMAN_INTS = {"max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes"}  # vLLM reads these with human_readable_int
 _SHORT_FLAGS = {"speculative_config": ("-sc",)}  # vLLM's short names of engine flags
-_CHOICES = {"quantization": ["gguf"]}  # engine flags whose values argparse checks
+_CHOICES = {"quantization": ["gguf", "int8_per_channel"]}  # engine flags whose values argparse checks
 _SPEC_SHORTHANDS = {"spec_method": "method", "spec_model": "model", "spec_tokens": "num_speculative_tokens"}  # vLLM's flags for keys of -sc
 
 def json_object(s:str) -> dict|None:
@@ -141,7 +141,7 @@ _VLLM_WORKS = {  # why -> flags: litevllm has these
         --enable-prefix-caching/b --max-num-batched-tokens --max-num-seqs --long-prefill-token-threshold
         --scheduling-policy --enable-chunked-prefill/b --cudagraph-capture-sizes --disable-log-stats/t --reasoning-parser
         --async-scheduling/b""",
-    "GGUF files (29_gguf): `--quantization gguf`, also set by itself when the model is a .gguf file; vLLM's other methods are refused (argparse: invalid choice)": """
+    "quantized weights: `--quantization gguf` (29_gguf), also set by itself when the model is a .gguf file; `int8_per_channel`, int8 at load (29a_int8, litevllm's name); vLLM's other methods are refused (argparse: invalid choice)": """
         --quantization|-q""",
     'KV transfer: a KV connector (`kv_transfer_config`, 26_kv_connector) or the offloading tier (`kv_offloading_size`, 26a_kv_offload)': """
         --kv-transfer-config --kv-offloading-size/f""",
@@ -247,7 +247,7 @@ _VLLM_REFUSED = {  # why -> flags: not added, argparse refuses them
     "LoRA options litevllm does not have (adapters run in the model's dtype, on all seven projections, unsharded; no multimodal or MoE models)": """
         --lora-dtype --enable-tower-connector-lora/b --fully-sharded-loras/b --lora-target-modules --default-mm-loras
         --specialize-active-lora/b --enable-mixed-moe-lora-format/b --enable-moe-shared-loras/b --max-lora-cls-labels""",
-    'quantization beyond GGUF files (a quantization config, a quantized KV cache): not implemented': """
+    'quantization beyond GGUF files and int8 at load (a quantization config, a quantized KV cache): not implemented': """
         --quantization-config --kv-cache-dtype""",
     "chat rendering: litevllm renders the chat template (the model's, or --chat-template) as it is": """
         --chat-template-content-format --default-chat-template-kwargs --response-role""",

@@ -38,7 +38,7 @@ class EngineArgs:
     model: str|None = None                 # a local Hugging Face folder or a .gguf file; None: the default model (SmolLM2-135M-Instruct)
     tokenizer: str|None = None             # defaults to `model` (a GGUF file: the tokenizer it carries)
     dtype: str = "auto"                    # auto | float32 | float16 | bfloat16
-    quantization: str|None = None          # None | gguf (weights kept in the file's block formats: set when `model` is a .gguf file)
+    quantization: str|None = None          # None | gguf (weights kept in the file's block formats: set when `model` is a .gguf file) | int8_per_channel (quantized at load)
     seed: int = 0                          # seeds the engine's generator (requests without their own seed)
     max_model_len: int|None = None         # prompt + output tokens; default: the model's max_position_embeddings
     block_size: int = 16                   # tokens per KV block
@@ -102,7 +102,7 @@ def _verify(self:EngineArgs):
     check(self.max_lora_rank in (1, 8, 16, 32, 64, 128, 256, 320, 512), "max_lora_rank", "must be one of 1, 8, 16, 32, 64, 128, 256, 320, 512")
     check(self.max_cpu_loras is None or self.max_cpu_loras >= self.max_loras, "max_cpu_loras", f"must be >= max_loras ({self.max_loras})")
     check(not self.enable_lora or self.tensor_parallel_size == 1, "enable_lora", "with tensor_parallel_size > 1 is not supported (adapters are not sharded)")
-    check(self.quantization in (None, "gguf"), "quantization", "must be None or 'gguf' (the only quantized format litevllm reads)")
+    check(self.quantization in (None, "gguf", "int8_per_channel"), "quantization", "must be None, 'gguf' or 'int8_per_channel' (the quantized forms litevllm runs)")
     check(self.reasoning_parser is None or isinstance(self.reasoning_parser, str), "reasoning_parser", "must be a reasoning parser's name")
     check(self.speculative_config is None or isinstance(self.speculative_config, dict), "speculative_config",
           "must be a dict (e.g. {'method': 'ngram', 'num_speculative_tokens': 3})")
@@ -385,7 +385,7 @@ class VllmConfig:
     parallel_config: ParallelConfig = field(default_factory=lambda: ParallelConfig())  # how the model is split across ranks
     speculative_config: SpeculativeConfig|None = None  # speculative decoding, checked (None: off)
     kv_transfer_config: KVTransferConfig|None = None   # the KV connector's settings (None: none)
-    quantization: str|None = None                      # gguf: the weights stay in `args.model`'s blocks (29_gguf)
+    quantization: str|None = None                      # gguf: the weights stay in `args.model`'s blocks (29_gguf); int8_per_channel: quantized at load (29a_int8)
 
     def __getattr__(self, name):  # engine options are read through: cfg.block_size, cfg.max_num_seqs, ...
         if name != "args" and name in EngineArgs.field_names(): return getattr(self.args, name)
@@ -417,14 +417,18 @@ def check_no_sliding_window(cfg, max_model_len:int, args=None):
 
 # %% ../nbs/00b_config.ipynb #f0dab7fb
 def check_quantization(args:EngineArgs) -> str|None:
-    "The quantization `args` resolve to (None, or 'gguf' for a .gguf model), after checking what it can be combined with."
+    "The quantization `args` resolve to (None; 'gguf' for a .gguf model; 'int8_per_channel'), after checking what it can be combined with."
     gguf = is_gguf_file(args.model) if args.model is not None else False
     if args.quantization == "gguf" and not gguf:
         raise ValueError(f"quantization 'gguf' needs model to be a .gguf file, got {args.model!r}")
-    if not gguf: return args.quantization
+    if args.quantization == "int8_per_channel" and gguf:
+        raise ValueError("quantization 'int8_per_channel' quantizes a float checkpoint at load; model is a .gguf file, quantized already")
+    q = "gguf" if gguf else args.quantization
+    if q is None: return None
+    what = "a GGUF model" if q == "gguf" else f"quantization {q!r}"
     for name, bad in (("tensor_parallel_size", args.tensor_parallel_size > 1), ("enable_lora", args.enable_lora)):
-        if bad: raise ValueError(f"{name} {getattr(args, name)!r} is not supported with a GGUF model (its weights are not sharded or wrapped)")
-    return "gguf"
+        if bad: raise ValueError(f"{name} {getattr(args, name)!r} is not supported with {what} (its weights are not sharded or wrapped)")
+    return q
 
 # %% ../nbs/00b_config.ipynb #662ce4d8
 MULTIMODAL_TEXT_MODELS = {}  # a multimodal architecture -> the text model class that serves its text (Part II's model plugins fill it)

@@ -114,8 +114,8 @@ def bench_latency(llm, prompt_lens=(32, 128, 512), batch_sizes=(1, 8), output_le
     return rows
 
 # %% ../../nbs/50d_bench_latency.ipynb #75afa367
-def decode_weight_bytes(hf_config, dtype, gguf_file=None) -> int:
-    "Bytes of weights one decode step reads: every parameter at `dtype` (a GGUF file: as the file stores it), the LM head whole, the embedding not (one row a token)."
+def decode_weight_bytes(hf_config, dtype, gguf_file=None, quantization:str|None=None) -> int:
+    "Bytes of weights one decode step reads: every parameter at `dtype` (a GGUF file: as the file stores it; int8_per_channel: each linear weight a byte, plus a scale and a sum per output), the LM head whole, the embedding not (one row a token)."
     import torch
     if gguf_file is not None:
         import gguf
@@ -125,7 +125,10 @@ def decode_weight_bytes(hf_config, dtype, gguf_file=None) -> int:
     with torch.device("meta"): m = LlamaForCausalLM(hf_config)
     n = sum(p.numel() for p in m.parameters())  # a tied LM head is the embedding: counted once, read whole
     if m.lm_head.weight is not m.embed_tokens.weight: n -= m.embed_tokens.weight.numel()  # untied: the embedding's row only
-    return n * torch.empty((), dtype=dtype).element_size()
+    size = torch.empty((), dtype=dtype).element_size()
+    if quantization != "int8_per_channel": return n * size
+    linears = [mod for mod in m.modules() if isinstance(mod, torch.nn.Linear)]  # the LM head among them (tied: the embedding's numel, counted in n)
+    return (n - sum(l.weight.numel() for l in linears)) * size + sum(l.weight.numel() + 8 * l.out_features for l in linears)
 
 def read_bandwidth_gbs(nbytes:int=512 * 2**20, reps:int=5) -> float:
     "The machine's read bandwidth as torch sees it (GB/s): the best of `reps` sums over `nbytes` of float32, with torch's threads."
@@ -182,7 +185,7 @@ def _latency(ns) -> int:
     rows = bench_latency(llm, ns.prompt_lens, ns.batch_sizes, out_len, ns.seed, workload=ns.workload)
     for r in rows: r.pop("tokens"); r.pop("token_ids")
     c = llm.llm_engine.vllm_config
-    wb, gbs = decode_weight_bytes(c.hf_config, c.dtype, gguf_file), read_bandwidth_gbs()
+    wb, gbs = decode_weight_bytes(c.hf_config, c.dtype, gguf_file, c.quantization), read_bandwidth_gbs()
     add_bandwidth_limit(rows, wb, gbs)
     print(f"workload {ns.workload}; model {c.model_path} ({c.dtype}); speculative_config {kw.get('speculative_config')}; "
           f"CPU: {cpu_info()}, {os.cpu_count()} cores")

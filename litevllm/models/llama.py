@@ -21,7 +21,7 @@ from fastcore.basics import patch
 __all__ = ['SUPPORTED_ARCHITECTURES', 'MODEL_LOADERS', 'MODEL_CLASSES', 'CustomOp', 'select_ops', 'RMSNorm', 'RotaryEmbedding',
            'Attention', 'SiluAndMul', 'MLP', 'DecoderLayer', 'LlamaForCausalLM', 'onednn_linear_available',
            'PackedLinear', 'prepack_linears', 'linear_gflops', 'stacked_name', 'default_weight_loader',
-           'expected_loads', 'load_weights', 'get_model', 'materialize', 'finalize', 'ops_platform',
+           'expected_loads', 'load_weights', 'get_model', 'load_checkpoint', 'materialize', 'finalize', 'ops_platform',
            'save_random_model', 'causal_attention', 'head_partition', 'ColumnParallelLinear',
            'MergedColumnParallelLinear', 'QKVParallelLinear', 'RowParallelLinear', 'VocabParallelEmbedding',
            'ParallelLMHead', 'shard_model', 'prepack_lm_head']
@@ -342,7 +342,7 @@ def load_weights(model:LlamaForCausalLM, path:Path):
         raise ValueError(f"weights missing from {path}: {missing[:5]}")
 
 # %% ../../nbs/06_models.ipynb #aa64d911
-MODEL_LOADERS = {}  # quantization -> a function (vllm_config) -> model that reads such checkpoints (29_gguf adds 'gguf')
+MODEL_LOADERS = {}  # quantization -> a function (vllm_config) -> model that reads such checkpoints (29_gguf: 'gguf'; 29a_int8: 'int8_per_channel')
 MODEL_CLASSES = {}  # architecture -> the model class of a family Part II adds (31_gemma3: Gemma3ForCausalLM); else LlamaForCausalLM
 
 def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
@@ -355,14 +355,19 @@ def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
     if (q := getattr(vllm_config, "quantization", None)) is not None:
         if q not in MODEL_LOADERS: raise ValueError(f"quantization {q!r} has no model loader (registered: {sorted(MODEL_LOADERS)})")
         return MODEL_LOADERS[q](vllm_config)
-    sharded = tp is not None and tp.world_size > 1
+    return finalize(load_checkpoint(vllm_config, tp), vllm_config, sharded=tp is not None and tp.world_size > 1)
+
+def load_checkpoint(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
+    "The model built and its checkpoint read in (float32, on CPU), not yet `finalize`d: where a loader that quantizes at load starts (29a_int8)."
+    cfg = vllm_config.hf_config
+    archs = getattr(cfg, "architectures", None) or []
     with torch.device("meta"):
         model = next((MODEL_CLASSES[a] for a in archs if a in MODEL_CLASSES), LlamaForCausalLM)(cfg, max_positions=vllm_config.max_model_len)
-        if sharded: shard_model(model, tp)  # this rank's parallel layers (see "Tensor parallelism" below)
+        if tp is not None and tp.world_size > 1: shard_model(model, tp)  # this rank's parallel layers (see "Tensor parallelism" below)
     model = materialize(model, vllm_config)
     if cfg.tie_word_embeddings: model.lm_head.weight = model.embed_tokens.weight
     load_weights(model, vllm_config.model_path)  # each parallel layer reads its slice; the rest whole
-    return finalize(model, vllm_config, sharded)
+    return model
 
 
 # %% ../../nbs/06_models.ipynb #45b8c2bb

@@ -1,20 +1,24 @@
 // litevllm's decode step on CPU: every decoder layer of a Llama-family model for a few rows in one call.
 // kernels_nbs/06_cpu_decode_step.ipynb explains it one section at a time. It adds no arithmetic of its own: each
-// step below is a function of cpu_ops.cpp, cpu_attention.cpp or gguf.cpp, called in the order the torch model calls
+// step below is a function of cpu_ops.cpp, cpu_attention.cpp, gguf.cpp or int8.cpp, called in the order the torch model calls
 // them, so its results are those of the model's CPU ops, bit for bit. What it removes is Python between them.
 
 // @section includes
 #include "cpu_ops.cpp"        // rms_norm, rotary, silu_and_mul, linear_few_rows (kernels_nbs/03)
 #include "cpu_attention.cpp"  // store_kv, the paged attention kernel (kernels_nbs/02)
 #include "gguf.cpp"           // litevllm_gguf_linear: a linear layer kept as GGUF blocks (kernels_nbs/05)
+#include "int8.cpp"           // litevllm_int8_linear: a linear layer in int8, W8A8 (kernels_nbs/05a)
 
 // @section tables
-// One linear layer: a oneDNN-packed float weight (parts = 0), or up to 3 parts of GGUF blocks (a GGUF file's q, k and v
-// may each have a type of their own), each part's rows after the previous part's in the output.
+// One linear layer: a oneDNN-packed float weight (parts = 0), up to 3 parts of GGUF blocks (a GGUF file's q, k and v
+// may each have a type of their own), each part's rows after the previous part's in the output, or an int8 weight (q8).
 struct DecodeLinear {
   const void* w; int32_t nb;                // packed: the weight's data and its block of outputs (linear_few_rows' NB)
   int32_t parts, type[3], rows[3];          // GGUF: how many parts, each one's ggml type and rows...
   const void* blocks[3];                    // ...and blocks
+  const int8_t* q8; int32_t kp;             // int8: the packed weight (null: not int8) and its padded row length,
+  const int32_t* q8_sum; const float* q8_scale;  // each output's sum of quants and scale
+  const void* q8_bias;                      // and bias (the model's dtype; null: none)
 };
 // One decoder layer: pointers into the model's tensors and the layer's KV cache, set once per model and cache.
 struct DecodeLayer {
@@ -37,9 +41,11 @@ struct DecodeStep {
 };
 
 // @section linear
-// y (T, N) = x (T, K) W^T (+ bias, packed weights only): linear_few_rows on a packed weight, or the GGUF kernel once
-// per part into the part's columns of y, as 29_gguf's GGUFLinear calls it. Nonzero: a kernel refused the layout.
+// y (T, N) = x (T, K) W^T (+ bias: `bias` for a packed weight, an int8 layer's own): the int8 kernel, linear_few_rows
+// on a packed weight, or the GGUF kernel once per part into the part's columns of y, as 29_gguf's GGUFLinear calls it.
+// Nonzero: a kernel refused the layout.
 static int linear(int bf, const DecodeLinear& L, const void* x, const void* bias, void* y, int64_t T, int K, int N) {
+  if (L.q8) return litevllm_int8_linear(bf, x, K, T, K, L.kp, L.q8, L.q8_sum, L.q8_scale, L.q8_bias, y, N, N);
   if (!L.parts) return litevllm_linear_few_rows(bf, x, K, L.w, bias, y, T, K, N, L.nb);
   for (int i = 0, start = 0; i < L.parts; start += L.rows[i], i++)
     if (litevllm_gguf_linear(L.type[i], bf, x, K, (const uint8_t*)L.blocks[i], nullptr, (char*)y + int64_t(start) * (bf ? 2 : 4),
