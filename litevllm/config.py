@@ -43,7 +43,7 @@ class EngineArgs:
     max_model_len: int|None = None         # prompt + output tokens; default: the model's max_position_embeddings
     block_size: int = 16                   # tokens per KV block
     max_num_seqs: int = 256                # requests running at once
-    max_num_batched_tokens: int|None = None  # token budget per step; default 8192 (chunked prefill; the server on CPU: 2048 per TP rank, as vLLM) else max(max_model_len, 2048)
+    max_num_batched_tokens: int|None = None  # token budget per step; default with chunked prefill 8192 (on CPU, as vLLM: 4096 per TP rank, the server 2048), else max(max_model_len, 2048)
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0  # >0: cap one request's share of a step when others are present
@@ -463,8 +463,8 @@ def create_engine_config(self:EngineArgs, usage_context:str|None=None) -> VllmCo
     check_no_sliding_window(hf_config, max_model_len, self)
     if self.max_num_batched_tokens is not None: budget = self.max_num_batched_tokens
     elif not self.enable_chunked_prefill: budget = max(max_model_len, 2048)
-    elif device.type == "cpu" and str(usage_context).lower().endswith("openai_api_server"):
-        budget = 2048 * self.tensor_parallel_size  # vLLM's server default on CPU: shorter steps, earlier first tokens
+    elif device.type == "cpu":  # vLLM's CPU defaults: shorter steps, earlier first tokens (the server's shorter still)
+        budget = (2048 if str(usage_context).lower().endswith("openai_api_server") else 4096) * self.tensor_parallel_size
     else: budget = 8192
     if not self.enable_chunked_prefill and budget < max_model_len:
         raise ValueError(f"max_num_batched_tokens ({budget}) must be >= max_model_len ({max_model_len}) when chunked prefill is disabled")

@@ -6,6 +6,7 @@
 #include "cpu_vector.h"
 #include <cmath>
 #include <omp.h>
+#include <type_traits>
 #include <vector>
 
 constexpr int BS = 16;        // keys per block
@@ -13,6 +14,13 @@ constexpr int NB = BS / VW;   // vectors per row of a block's keys: 1 on AVX-512
 constexpr int MAX_ROWS = 64;  // query rows per work item: query tokens x the query heads of one kv head
 constexpr int AHEAD = 4;  // blocks prefetched ahead of the one being read
 constexpr int MIN_PART = 8;   // a work item's keys are split (few items, long contexts) into parts of at least this many blocks
+#if defined(__AVX512BF16__) && VW == 16
+constexpr bool BF16_PAIRS = true;  // vdpbf16ps: a prefill item's bf16 products two at a time (see `scores`)
+#else
+constexpr bool BF16_PAIRS = false;
+#endif
+template <typename T> constexpr bool PAIRED = BF16_PAIRS && std::is_same<T, bf16>::value;
+constexpr int divisor_at_most(int n, int m) { int d = std::min(n, m); while (n % d) d--; return d; }  // whole chunks of n
 #if defined(__AVX512F__) || defined(__aarch64__)
 constexpr int VREGS = 32;     // vector registers: zmm (AVX-512), NEON
 #else
@@ -37,6 +45,7 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
   constexpr int C = D / VW;  // vectors per row of head_dim
   const int R = nq * G, Rp = (R + RT - 1) / RT * RT, n_keys = first_pos + nq;
   alignas(64) float Q[MAX_ROWS + RT][D];
+  alignas(64) uint32_t Qp[PAIRED<T> ? MAX_ROWS + RT : 1][D / 2];  // bf16 pairs: each row's q (unscaled), two d in 32 bits
   alignas(64) vf acc[MAX_ROWS + RT][C];
   float m[MAX_ROWS + RT], l[MAX_ROWS + RT];
   int pos[MAX_ROWS + RT];
@@ -44,6 +53,7 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
     const int rr = std::min(r, R - 1);  // padding rows repeat the last row and are not written out
     const T* qr = q + int64_t(i0 + rr / G) * qs + (h * G + rr % G) * D;  // qs: q's row stride
     for (int d = 0; d < D; d++) Q[r][d] = to_f32(qr[d]) * scale;
+    if constexpr (PAIRED<T>) for (int p = 0; p < D / 2; p++) Qp[r][p] = uint32_t(qr[2 * p]) | uint32_t(qr[2 * p + 1]) << 16;
     for (int c = 0; c < C; c++) acc[r][c] = vf{};
     m[r] = -1e30f; l[r] = 0.f; pos[r] = first_pos + rr / G;
   }
@@ -59,19 +69,39 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
     const int64_t blk = table[k0 / BS];
     const T* Kb = kc + (blk * Hkv + h) * D * BS;  // K transposed: [D][BS]
     const T* Vb = vc + (blk * Hkv + h) * BS * D;  // V: [BS][D]
+    // A prefill item's many tiles all read this block: in bfloat16 it is rearranged once, here, not by every tile.
+    // V is widened to float32 (each `loadv` of bf16 widens: the same numbers as reading it in place); K too, or with
+    // AVX512-BF16 put in pairs for vdpbf16ps (K's elements d, d+1 of each key side by side: two exact products a lane).
+    // `tiles` is compiled for each form of K (bf16 in place, float32, pairs: uint32_t) and of V (bf16, float32).
+    alignas(64) float Kf[std::is_same<T, float>::value || PAIRED<T> ? 1 : D * BS], Vf[std::is_same<T, float>::value ? 1 : BS * D];
+    alignas(64) uint32_t Kp[PAIRED<T> ? D / 2 * BS : 1];
+    auto tiles = [&](const auto* Kb, const auto* Vb) {
+    using KT = std::remove_cv_t<std::remove_pointer_t<decltype(Kb)>>;
     for (int r0 = 0; r0 < Rp; r0 += RT) {
       if (pos[r0 + RT - 1] < k0 || pos[r0] - W + 1 >= k0 + BS) continue;  // no row of the tile sees this block
       // partial sums per row and vector of keys: RT * NB * NA >= 8 chains of FMAs in flight, within the registers
       constexpr int NA = VREGS >= 32 ? (RT >= 4 ? 2 : RT == 1 ? 8 : 4) : std::max(1, 8 / (RT * NB));
       vf s[RT][NB], sa[RT][NB][NA];          // scores of the tile's rows for the block's 16 keys, NB vectors each
       for (int t = 0; t < RT; t++) for (int b = 0; b < NB; b++) for (int a = 0; a < NA; a++) sa[t][b][a] = vf{};
-      for (int d = 0; d < D; d += NA)
-        for (int a = 0; a < NA; a++)
-          for (int b = 0; b < NB; b++) {
-            const vf kd = loadv(Kb + (d + a) * BS + b * VW);
-            for (int t = 0; t < RT; t++) sa[t][b][a] += Q[r0 + t][d + a] * kd;
+      if constexpr (std::is_same<KT, uint32_t>::value) {  // pairs (NB = 1): q's d, d+1 broadcast against 16 keys' d, d+1
+#if defined(__AVX512BF16__)
+        for (int p = 0; p < D / 2; p += NA)
+          for (int a = 0; a < NA; a++) {
+            const __m512bh kp = (__m512bh)_mm512_load_si512(Kb + (p + a) * BS);
+            for (int t = 0; t < RT; t++)
+              sa[t][0][a] = (vf)_mm512_dpbf16_ps((__m512)sa[t][0][a], kp, (__m512bh)_mm512_set1_epi32(int(Qp[r0 + t][p + a])));
           }
-      for (int t = 0; t < RT; t++) for (int b = 0; b < NB; b++) { s[t][b] = sa[t][b][0]; for (int a = 1; a < NA; a++) s[t][b] += sa[t][b][a]; }
+        for (int t = 0; t < RT; t++) { s[t][0] = sa[t][0][0]; for (int a = 1; a < NA; a++) s[t][0] += sa[t][0][a]; s[t][0] *= scale; }
+#endif
+      } else {
+        for (int d = 0; d < D; d += NA)
+          for (int a = 0; a < NA; a++)
+            for (int b = 0; b < NB; b++) {
+              const vf kd = loadv(Kb + (d + a) * BS + b * VW);
+              for (int t = 0; t < RT; t++) sa[t][b][a] += Q[r0 + t][d + a] * kd;
+            }
+        for (int t = 0; t < RT; t++) for (int b = 0; b < NB; b++) { s[t][b] = sa[t][b][0]; for (int a = 1; a < NA; a++) s[t][b] += sa[t][b][a]; }
+      }
 
 // @section softmax
       alignas(64) float pj[RT][BS];         // softmax weights (relative to each row's running max)
@@ -94,15 +124,18 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
       for (int t = 0; t < RT; t++) l[r0 + t] = l[r0 + t] * corr[t] + sums[t];
 
 // @section pv
-      if constexpr (VREGS >= 32) {          // AVX-512: the tile's RT x C accumulators all stay in registers over the block
-        vf a[RT][C];
-        for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) a[t][c] = acc[r0 + t][c] * corr[t];
-        for (int j = 0; j < BS; j++) {
-          vf v[C];
-          for (int c = 0; c < C; c++) v[c] = loadv(Vb + j * D + c * VW);
-          for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) a[t][c] += pj[t][j] * v[c];
+      constexpr int CC = divisor_at_most(C, std::max(1, 16 / RT));  // AVX-512: CC vectors of V's columns at a time (head_dim 64: all)
+      if constexpr (VREGS >= 32) {          // AVX-512: the tile's RT x CC accumulators stay in registers over the block
+        for (int c0 = 0; c0 < C; c0 += CC) {
+          vf a[RT][CC];
+          for (int t = 0; t < RT; t++) for (int c = 0; c < CC; c++) a[t][c] = acc[r0 + t][c0 + c] * corr[t];
+          for (int j = 0; j < BS; j++) {
+            vf v[CC];
+            for (int c = 0; c < CC; c++) v[c] = loadv(Vb + j * D + (c0 + c) * VW);
+            for (int t = 0; t < RT; t++) for (int c = 0; c < CC; c++) a[t][c] += pj[t][j] * v[c];
+          }
+          for (int t = 0; t < RT; t++) for (int c = 0; c < CC; c++) acc[r0 + t][c0 + c] = a[t][c];
         }
-        for (int t = 0; t < RT; t++) for (int c = 0; c < C; c++) acc[r0 + t][c] = a[t][c];
       } else {                              // 16 registers (AVX2): one vector of V's columns at a time, RT accumulators live
         for (int c = 0; c < C; c++) {
           vf a[RT];
@@ -114,6 +147,18 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
           for (int t = 0; t < RT; t++) acc[r0 + t][c] = a[t];
         }
       }
+    }
+    };
+    if constexpr (std::is_same<T, float>::value) tiles(Kb, Vb);
+    else if (Rp <= RT) tiles(Kb, Vb);  // one tile (a decode step's rows): widened where read
+    else if constexpr (PAIRED<T>) {
+      for (int p = 0; p < D / 2; p++)
+        for (int j = 0; j < BS; j++) Kp[p * BS + j] = uint32_t(Kb[2 * p * BS + j]) | uint32_t(Kb[(2 * p + 1) * BS + j]) << 16;
+      for (int i = 0; i < BS * D; i++) Vf[i] = to_f32(Vb[i]);
+      tiles((const uint32_t*)Kp, (const float*)Vf);
+    } else {
+      for (int i = 0; i < D * BS; i++) { Kf[i] = to_f32(Kb[i]); Vf[i] = to_f32(Vb[i]); }
+      tiles((const float*)Kf, (const float*)Vf);
     }
   }
 
@@ -188,12 +233,12 @@ static void attend(const T* q, int64_t qs, const T* kc, const T* vc, T* out, con
     const int nq = std::min(qt, qsl[b + 1] - i0);
     const int first_pos = seq_lens[b] - (qsl[b + 1] - qsl[b]) + (i0 - qsl[b]);  // position of query row i0
     float* part = piece_off[pc] < 0 ? nullptr : parts.data() + piece_off[pc];
-    // rows per tile: 4 (2 for head_dim > 64, whose accumulators take twice the registers); a decode item of fewer
+    // rows per tile: 4 (on AVX2, 2 for head_dim > 64, whose accumulators take twice the registers); a decode item of fewer
     // rows (its query heads per kv head) gets tiles of exactly that many, with no padding rows
     const int R = nq * G;
 #define ITEM(rt) attend_item<T, D, rt>(q, qs, kc, vc, out, tables + b * tstride, first_pos, i0, nq, G, H, Hkv, h, scale, window, \
                                        piece_beg[pc], piece_end[pc], part)
-    if (R == 1) ITEM(1); else if (R == 2 || D > 64) ITEM(2); else if (R == 3) ITEM(3); else ITEM(4);
+    if (R == 1) ITEM(1); else if (R == 2 || (D > 64 && VREGS < 32)) ITEM(2); else if (R == 3) ITEM(3); else ITEM(4);
 #undef ITEM
   }
   if (!floats) return;
