@@ -53,7 +53,8 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
     const int rr = std::min(r, R - 1);  // padding rows repeat the last row and are not written out
     const T* qr = q + int64_t(i0 + rr / G) * qs + (h * G + rr % G) * D;  // qs: q's row stride
     for (int d = 0; d < D; d++) Q[r][d] = to_f32(qr[d]) * scale;
-    if constexpr (PAIRED<T>) for (int p = 0; p < D / 2; p++) Qp[r][p] = uint32_t(qr[2 * p]) | uint32_t(qr[2 * p + 1]) << 16;
+    if constexpr (PAIRED<T>)  // only a prefill item (more than one tile) reads the pairs
+      if (Rp > RT) for (int p = 0; p < D / 2; p++) Qp[r][p] = uint32_t(qr[2 * p]) | uint32_t(qr[2 * p + 1]) << 16;
     for (int c = 0; c < C; c++) acc[r][c] = vf{};
     m[r] = -1e30f; l[r] = 0.f; pos[r] = first_pos + rr / G;
   }
