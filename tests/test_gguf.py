@@ -1,7 +1,7 @@
 """Issue 43, item 2: a GGUF file served as it ships. The default model's own Q4_1 file through the OpenAI server and
 offline (float32 and bfloat16), its weights kept in their blocks; greedy tokens equal transformers' on the same file's
-dequantized weights; every block freed. The other formats end to end (a Q4_K/Q5_K/Q6_K/Q4_0 file against transformers)
-are nbs/29_gguf's; the kernels against the torch reference, on AVX-512 and as AVX2, kernels_nbs/05_cpu_gguf's."""
+dequantized weights; every block freed. The other formats end to end (a Q4_K/Q5_K/Q6_K/Q4_0 file against transformers:
+the first token equal, then agreement, the K formats' decode rounding x to int8; a BF16 file equal) are nbs/29_gguf's; the kernels against the torch reference, on AVX-512 and as AVX2, kernels_nbs/05_cpu_gguf's."""
 import asyncio
 import httpx, pytest, torch
 from litevllm import LLM, SamplingParams

@@ -13,7 +13,8 @@ from ..inputs import apply_chat_template
 
 # %% auto #0
 __all__ = ['WORKLOADS', 'COPY_PROMPTS', 'MODEL_SHAPES', 'Workload', 'make_workload', 'add_workload_args', 'workload_from_args',
-           'random_token_prompts', 'copy_prompts', 'save_random_shape', 'add_random_model_args']
+           'random_token_prompts', 'copy_prompts', 'save_random_shape', 'add_random_model_args',
+           'save_random_shape_gguf']
 
 # %% ../../nbs/50a_bench_datasets.ipynb #51f693e1
 WORKLOADS = {
@@ -237,12 +238,15 @@ MODEL_SHAPES = {  # each model's config.json numbers (architecture, not weights)
 }
 
 # %% ../../nbs/50a_bench_datasets.ipynb #cac717db
-def save_random_shape(shape:str, path, dtype:str="bfloat16", seed:int=0, **overrides):
+def save_random_shape(shape:str, path, dtype:str="bfloat16", seed:int=0,
+                      gguf_type:str|None=None,  # a GGUF type (BF16, Q8_0, Q4_K, ...): `path` is written as a .gguf file instead
+                      **overrides):
     "A random-weight folder at `shape` (a key of MODEL_SHAPES; `overrides` change its numbers), in `dtype`, the default model's tokenizer."
     import torch
     from litevllm.models.llama import save_random_model
     if shape not in MODEL_SHAPES: raise ValueError(f"shape must be one of {sorted(MODEL_SHAPES)}, got {shape!r}")
     kw = MODEL_SHAPES[shape] | dict(tie_word_embeddings=True) | overrides
+    if gguf_type is not None: return save_random_shape_gguf(kw, path, gguf_type, seed)
     return save_random_model(path, kw.pop("model_type"), seed, dtype=getattr(torch, dtype), std=None, **kw)
 
 def add_random_model_args(p:argparse.ArgumentParser):
@@ -251,4 +255,21 @@ def add_random_model_args(p:argparse.ArgumentParser):
     p.add_argument("path", help="the folder to write")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=lambda ns: print(save_random_shape(ns.shape, ns.path, ns.dtype, ns.seed)))
+    p.add_argument("--gguf", default=None, metavar="TYPE", help="write PATH as one GGUF file, every linear layer and the embedding "
+                   "in TYPE (F32, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), as llama.cpp's converter lays it out")
+    p.set_defaults(func=lambda ns: print(save_random_shape(ns.shape, ns.path, ns.dtype, ns.seed, ns.gguf)))
+
+# %% ../../nbs/50a_bench_datasets.ipynb #9c3ca4cd
+def save_random_shape_gguf(kw:dict, path, gguf_type:str, seed:int=0):
+    "A shape's numbers (`kw`: a MODEL_SHAPES entry) written as one random-weight GGUF file at `path`, linears and embedding in `gguf_type`."
+    from transformers import AutoConfig
+    from litevllm.models.gguf import save_random_gguf, llama3_rope_freqs
+    if kw["model_type"] not in ("llama", "qwen3"): raise ValueError(f"a GGUF file of a {kw['model_type']} shape: only llama and qwen3 shapes are written as GGUF")
+    hd = kw.get("head_dim") or kw["hidden_size"] // kw["num_attention_heads"]
+    rope = kw.get("rope_scaling") or {}
+    freqs = llama3_rope_freqs(AutoConfig.for_model(**kw), hd).numpy() if rope.get("rope_type") == "llama3" else None
+    return save_random_gguf(path, hidden_size=kw["hidden_size"], intermediate_size=kw["intermediate_size"], num_layers=kw["num_hidden_layers"],
+                            num_heads=kw["num_attention_heads"], num_kv_heads=kw["num_key_value_heads"], tie=kw["tie_word_embeddings"],
+                            seed=seed, arch=kw["model_type"], head_dim=hd, vocab_size=kw["vocab_size"], rope_theta=kw["rope_theta"],
+                            rope_freqs=freqs, scale=0.02, default_type=gguf_type.upper())
+

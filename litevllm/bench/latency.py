@@ -157,9 +157,12 @@ def llamacpp_rows(rows:list[dict], dtype, gguf_format:str|None=None, prompt_len:
     ours_decode = max((r["decode_tok_s"] for r in rows if r.get("batch") == 1 and r.get("decode_tok_s")), default=None)
     pre = [r for r in rows if r.get("batch") == 1 and r.get("prompt_len") == prompt_len]
     ours_prefill = prompt_len / (pre[0]["ttft_ms"] / 1000) if pre else None
-    if gguf_file is not None:
-        import gguf
-        fmt = gguf.LlamaFileType(gguf.GGUFReader(str(gguf_file)).fields["general.file_type"].contents()).name.removeprefix("MOSTLY_")
+    if gguf_file is not None:  # its file type, else (a file that states none) its weights' most common type
+        import gguf, collections
+        r = gguf.GGUFReader(str(gguf_file))
+        ft = r.fields.get("general.file_type")
+        fmt = (gguf.LlamaFileType(ft.contents()).name.removeprefix("MOSTLY_") if ft is not None else
+               collections.Counter(t.tensor_type.name for t in r.tensors if t.n_elements >= 1 << 16).most_common(1)[0][0])
     base = run_llama_bench(gguf_file or default_model_gguf(fmt), fmt, torch.get_num_threads(), prompt_len, gen_len)
     for b in base:
         ours = ours_prefill if b["test"].startswith("pp") else ours_decode

@@ -12,8 +12,8 @@ from gguf import GGMLQuantizationType
 from .cpu_attention import build_cpu_library
 
 # %% auto #0
-__all__ = ['GGUF_BLOCK_TYPES', 'block_layout', 'check_block_type', 'dequantize', 'random_gguf_weight', 'load_gguf_kernels',
-           'gguf_linear_raw', 'gguf_linear', 'gguf_rows']
+__all__ = ['GGUF_BLOCK_TYPES', 'Q8_ACTIVATION_TYPES', 'block_layout', 'check_block_type', 'dequantize', 'random_gguf_weight',
+           'load_gguf_kernels', 'gguf_linear_raw', 'gguf_linear', 'gguf_rows', 'gguf_q8_path', 'q8_activations']
 
 # %% ../../kernels_nbs/05_cpu_gguf.ipynb #36a6db59
 GGUF_BLOCK_TYPES = {t.name: t for t in (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1,
@@ -84,6 +84,9 @@ def random_gguf_weight(qtype, rows:int, K:int, seed:int=0, scale:float=0.02) -> 
     "A random (rows, K) weight in GGUF type `qtype`, as the file stores it: (rows, bytes per row) uint8."
     qtype, rng = GGMLQuantizationType(qtype), np.random.default_rng(seed)
     qk, nbytes = block_layout(qtype)
+    floats = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: torch.float16, GGMLQuantizationType.BF16: torch.bfloat16}
+    if qtype in floats:  # float weights: numbers, not random bits (which would hold NaNs), as bytes like the rest
+        return (torch.from_numpy(rng.standard_normal((rows, K), dtype=np.float32)) * scale).to(floats[qtype]).view(torch.uint8)
     if qtype in (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1):
         return torch.from_numpy(gguf.quants.quantize((rng.standard_normal((rows, K)) * scale).astype(np.float32), qtype))
     data = rng.integers(0, 256, (rows, K // qk * nbytes), dtype=np.uint8)
@@ -131,14 +134,32 @@ def gguf_linear(x:torch.Tensor, data:torch.Tensor, qtype, bias:torch.Tensor|None
         check_block_type(qtype, K)  # rows not whole blocks: raises
     return y
 
-def gguf_rows(data:torch.Tensor, qtype, ids:torch.Tensor|None=None, dtype=torch.float32) -> torch.Tensor:
-    "Rows `ids` (int64; None: all) of the GGUF weight `data`, decoded to `dtype` (float32 or bfloat16): (len(ids), K)."
+def gguf_rows(data:torch.Tensor, qtype, ids:torch.Tensor|None=None, dtype=torch.float32, out:torch.Tensor|None=None) -> torch.Tensor:
+    "Rows `ids` (int64; None: all) of the GGUF weight `data`, decoded to `dtype` (float32 or bfloat16): (len(ids), K), into `out` (contiguous) if given."
     qk, nbytes = block_layout(qtype)
     K = data.shape[1] // nbytes * qk
     check_block_type(qtype, K)
     if ids is not None: ids = ids.to(torch.int64).contiguous()
     n = data.shape[0] if ids is None else ids.numel()
-    y = torch.empty(n, K, dtype=dtype)
+    y = torch.empty(n, K, dtype=dtype) if out is None else out
+    if y.shape != (n, K) or y.dtype != dtype or not y.is_contiguous(): raise ValueError(f"out must be a contiguous ({n}, {K}) {dtype} tensor")
     load_gguf_kernels().litevllm_gguf_rows(int(qtype), _act_flag(y), _P(data.data_ptr()), _P(ids.data_ptr()) if ids is not None else None,
                                            _i64(n), K, _P(y.data_ptr()))
     return y
+
+# %% ../../kernels_nbs/05_cpu_gguf.ipynb #cba8dd49
+@functools.lru_cache(None)
+def gguf_q8_path() -> int:
+    "How the kernels multiply the K formats for up to 8 rows here: 0 in floats (no AVX2), 1 int8 with vpmaddubsw, 2 int8 with VNNI's vpdpbusd."
+    lib = load_gguf_kernels()
+    return int(lib.litevllm_gguf_q8_path()) if lib is not None else 0
+
+Q8_ACTIVATION_TYPES = (GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q5_K, GGMLQuantizationType.Q6_K)
+
+def q8_activations(x:torch.Tensor) -> torch.Tensor:
+    "The reference of what the int8 path multiplies: x (rows, K) rounded to int8 in blocks of 32 (scale max|x| / 127), back in float32."
+    xb = x.float().reshape(x.shape[0], -1, 32)
+    amax = xb.abs().amax(-1, keepdim=True)
+    inv = torch.where(amax > 0, torch.full_like(amax, 127.) / amax, torch.zeros_like(amax))  # 127 / amax, as the C++ divides
+    return (torch.round(xb * inv) * (amax * (1 / 127))).reshape(x.shape)
+

@@ -14,13 +14,14 @@ import torch.nn.functional as F
 import gguf
 from fastcore.basics import patch
 from gguf import GGMLQuantizationType
-from ..kernels.gguf import block_layout, check_block_type, dequantize, gguf_linear_raw, gguf_rows, load_gguf_kernels, random_gguf_weight
+from ..kernels.gguf import (block_layout, check_block_type, dequantize, gguf_linear_raw, gguf_rows, load_gguf_kernels,
+                                   random_gguf_weight, gguf_q8_path, q8_activations)
 from ..kernels.cpu_decode import DECODE_LINEARS, DecodeLinear
 from .llama import CustomOp, LlamaForCausalLM, MODEL_LOADERS, materialize, finalize, onednn_linear_available
 
 # %% auto #0
 __all__ = ['FLOAT_TYPES', 'GGUF_KERNEL_ROWS', 'GGUFLinear', 'gguf_decode_linear', 'GGUFEmbedding', 'unpermute_rows',
-           'GGUFCheckpoint', 'load_gguf_model', 'save_random_gguf']
+           'GGUFCheckpoint', 'load_gguf_model', 'save_random_gguf', 'llama3_rope_freqs']
 
 # %% ../../nbs/29_gguf.ipynb #5b25abda
 FLOAT_TYPES = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: torch.float16, GGMLQuantizationType.BF16: torch.bfloat16}
@@ -58,7 +59,8 @@ class GGUFLinear(CustomOp):
 @patch
 def weight_as(self:GGUFLinear, dtype, decode) -> torch.Tensor:
     "The whole weight (out, in) in `dtype`, each quantized part decoded by `decode(data, type, dtype)`."
-    return torch.cat([data.to(dtype) if qt in FLOAT_TYPES else decode(data, qt, dtype) for qt, _, _, data in self.part_data()])
+    ws = [data.to(dtype) if qt in FLOAT_TYPES else decode(data, qt, dtype) for qt, _, _, data in self.part_data()]
+    return ws[0] if len(ws) == 1 else torch.cat(ws)  # one part: no copy
 
 @patch
 def forward_native(self:GGUFLinear, x):  # (rows, in) -> (rows, out)
@@ -67,13 +69,23 @@ def forward_native(self:GGUFLinear, x):  # (rows, in) -> (rows, out)
 
 # %% ../../nbs/29_gguf.ipynb #443ec03d
 GGUF_KERNEL_ROWS = 128  # up to this many rows: the C++ kernel; more: decoded once, then oneDNN
+_SCRATCH = {}
+
+def _decode_scratch(n:int, dtype) -> torch.Tensor:
+    "One buffer per dtype that every layer's prefill decodes its weight into, grown to the largest (a new tensor each call paid its page faults: 17 of a layer's 58 ms)."
+    buf = _SCRATCH.get(dtype)
+    if buf is None or buf.numel() < n: buf = _SCRATCH[dtype] = torch.empty(n, dtype=dtype)
+    return buf[:n]
 
 @patch
 def forward_cpu(self:GGUFLinear, x):
     if x.shape[0] > GGUF_KERNEL_ROWS:
-        w = self.weight_as(x.dtype, lambda d, qt, dt: gguf_rows(d, qt, dtype=dt))
+        w = _decode_scratch(self.out_features * self.in_features, x.dtype).view(self.out_features, self.in_features)
+        for qt, start, n, data in self.part_data():  # each part decoded into its rows of one reused buffer
+            if qt in FLOAT_TYPES: w[start:start + n] = data
+            else: gguf_rows(data, qt, dtype=x.dtype, out=w[start:start + n])
         b = None if self.bias is None else self.bias.to(x.dtype)
-        if not onednn_linear_available(x.dtype): return F.linear(x, w, b)
+        if not onednn_linear_available(x.dtype) or x.dtype == torch.bfloat16: return F.linear(x, w, b)  # bf16: torch's own call beats a reorder per call
         return torch.ops.mkldnn._linear_pointwise(x, torch.ops.mkldnn._reorder_linear_weight(w, x.shape[0]), b, "none", [], "")
     if x.stride(1) != 1: x = x.contiguous()
     y = x.new_empty(x.shape[0], self.out_features)
@@ -150,10 +162,18 @@ class GGUFCheckpoint:
         return data, qtype
 
 # %% ../../nbs/29_gguf.ipynb #299b963a
-def _linear(ck:GGUFCheckpoint, in_features:int, hf_names:list[str], n_heads:list|None=None, bias:bool=False) -> GGUFLinear:
+def _linear(ck:GGUFCheckpoint, in_features:int, hf_names:list[str], n_heads:list|None=None, bias:bool=False) -> nn.Module:
+    "The tensors of `hf_names` as one layer: a `GGUFLinear`, or where every one is a float tensor (an F32, F16 or BF16 file) a plain `nn.Linear`, which 06 packs and runs as a float checkpoint's."
+    got = [(*ck.get(name, n_head=n_head), ck.get(name, "bias", n_head=n_head)[0] if bias else None)
+           for name, n_head in zip(hf_names, n_heads or [None] * len(hf_names))]
+    if all(qt in FLOAT_TYPES for _, qt, _ in got):
+        w = torch.cat([d.to(got[0][0].dtype) for d, _, _ in got])
+        lin = nn.Linear(in_features, w.shape[0], bias=bias, device="meta")
+        lin.weight = nn.Parameter(w, requires_grad=False)
+        if bias: lin.bias = nn.Parameter(torch.cat([b.float() for _, _, b in got]), requires_grad=False)
+        return lin
     lin = GGUFLinear(in_features)
-    for name, n_head in zip(hf_names, n_heads or [None] * len(hf_names)):
-        lin.add_part(*ck.get(name, n_head=n_head), bias=ck.get(name, "bias", n_head=n_head)[0] if bias else None)
+    for data, qt, b in got: lin.add_part(data, qt, bias=b)
     return lin
 
 def _layer_modules(ck:GGUFCheckpoint, cfg, layer, i:int, bias:bool):
@@ -184,6 +204,9 @@ def load_gguf_model(vllm_config) -> LlamaForCausalLM:
             parent, _, attr = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, attr, nn.Identity())
     model = materialize(model, vllm_config)
+    if "rope_freqs.weight" in ck.tensors:  # Llama 3's rope scaling as llama.cpp's converter writes it: a divisor per frequency
+        model.set_rope(vllm_config.max_model_len, torch.from_numpy(np.array(ck.tensors["rope_freqs.weight"].data, dtype=np.float32)))
+        ck.used.add("rope_freqs.weight")
     for i, layer in enumerate(model.layers):
         _layer_modules(ck, cfg, layer, i, shapes[f"layers.{i}.self_attn.qkv_proj"].bias is not None)
         _copy_norm(ck, layer.input_layernorm, f"model.layers.{i}.input_layernorm")
@@ -195,22 +218,25 @@ def load_gguf_model(vllm_config) -> LlamaForCausalLM:
     emb, qtype = ck.get("model.embed_tokens")
     model.embed_tokens = nn.Embedding.from_pretrained(emb, freeze=True) if qtype in FLOAT_TYPES else GGUFEmbedding(emb, qtype)
     if "lm_head" in ck: model.lm_head = _linear(ck, cfg.hidden_size, ["lm_head"])
+    elif qtype in FLOAT_TYPES:  # tied, float: 06's tied head, the embedding's own tensor
+        model.lm_head = nn.Linear(cfg.hidden_size, emb.shape[0], bias=False, device="meta"); model.lm_head.weight = model.embed_tokens.weight
     else: model.lm_head = GGUFLinear(cfg.hidden_size).add_part(emb, qtype)  # tied: the embedding's own bytes
     if unused := sorted(set(ck.tensors) - ck.used):
-        raise ValueError(f"{ck.path.name}: tensors litevllm has no place for: {unused[:5]}" +
-                         (" (rope_freqs: Llama 3's rope scaling factors, not supported yet)" if "rope_freqs.weight" in unused else ""))
+        raise ValueError(f"{ck.path.name}: tensors litevllm has no place for: {unused[:5]}")
     return finalize(model, vllm_config)
 
 MODEL_LOADERS["gguf"] = load_gguf_model
 
 # %% ../../nbs/29_gguf.ipynb #2f5eeaf6
-def _copy_tokenizer(reader, w):
-    "The tokenizer fields of another GGUF file (`reader`) into writer `w`."
+def _copy_tokenizer(reader, w, pad_to:int=0):
+    "The tokenizer fields of another GGUF file (`reader`) into writer `w`, its token list padded to `pad_to` with unused [PADi] tokens."
     f = reader.fields
     w.add_tokenizer_model(f["tokenizer.ggml.model"].contents())
     if "tokenizer.ggml.pre" in f: w.add_tokenizer_pre(f["tokenizer.ggml.pre"].contents())
-    w.add_token_list(f["tokenizer.ggml.tokens"].contents())
-    w.add_token_types(f["tokenizer.ggml.token_type"].contents())
+    tokens, kinds = f["tokenizer.ggml.tokens"].contents(), f["tokenizer.ggml.token_type"].contents()
+    pad = range(len(tokens), max(pad_to, len(tokens)))
+    w.add_token_list(tokens + [f"[PAD{i}]" for i in pad])
+    w.add_token_types(kinds + [gguf.TokenType.UNUSED] * len(pad))
     if "tokenizer.ggml.merges" in f: w.add_token_merges(f["tokenizer.ggml.merges"].contents())
     for key, add in (("bos_token_id", w.add_bos_token_id), ("eos_token_id", w.add_eos_token_id), ("unknown_token_id", w.add_unk_token_id),
                      ("padding_token_id", w.add_pad_token_id)):
@@ -218,24 +244,36 @@ def _copy_tokenizer(reader, w):
     if "tokenizer.chat_template" in f: w.add_chat_template(f["tokenizer.chat_template"].contents())
 
 # %% ../../nbs/29_gguf.ipynb #d37a2f9e
+_FILE_TYPES = {"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16, "BF16": gguf.LlamaFileType.MOSTLY_BF16,
+               "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
+               "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_S, "Q5_K": gguf.LlamaFileType.MOSTLY_Q5_K_S, "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K}
+
 def save_random_gguf(path, types:dict[str, str]|None=None, hidden_size:int=256, intermediate_size:int=512, num_layers:int=2,
-                     num_heads:int=4, num_kv_heads:int=2, tie:bool=False, seed:int=0, tokenizer_gguf=None, arch:str="llama") -> Path:
-    "Write a random-weight `arch` (llama, qwen2: q/k/v biases, qwen3: q/k norms) model as a GGUF file; `types`: llama.cpp tensor name part (attn_q, ffn_down, output, token_embd, ...) -> GGUF type (default Q8_0)."
+                     num_heads:int=4, num_kv_heads:int=2, tie:bool=False, seed:int=0, tokenizer_gguf=None, arch:str="llama",
+                     head_dim:int|None=None,     # None: hidden_size // num_heads
+                     vocab_size:int|None=None,   # None: the tokenizer's; more: padded with [PAD] tokens, as llama.cpp's converter pads
+                     rope_theta:float=10000.0, rope_freqs=None,  # rope_freqs: (head_dim/2,) frequency divisors (`llama3_rope_freqs`)
+                     scale:float=0.05, default_type:str="Q8_0") -> Path:
+    "Write a random-weight `arch` (llama, qwen2: q/k/v biases, qwen3: q/k norms) model as a GGUF file; `types`: llama.cpp tensor name part (attn_q, ffn_down, output, token_embd, ...) -> GGUF type (else `default_type`)."
     from litevllm.config import default_gguf_path
     types, path = types or {}, Path(path)
     src = gguf.GGUFReader(str(tokenizer_gguf or default_gguf_path()))
-    vocab = len(src.fields["tokenizer.ggml.tokens"].contents())
+    tokens = len(src.fields["tokenizer.ggml.tokens"].contents())
+    vocab, hd = vocab_size or tokens, head_dim or hidden_size // num_heads
+    if vocab < tokens: raise ValueError(f"vocab_size {vocab} is below the tokenizer's {tokens} tokens")
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(num_layers); w.add_context_length(2048); w.add_embedding_length(hidden_size)
     w.add_feed_forward_length(intermediate_size); w.add_head_count(num_heads); w.add_head_count_kv(num_kv_heads)
-    w.add_rope_freq_base(10000.0); w.add_layer_norm_rms_eps(1e-5); w.add_rope_dimension_count(hidden_size // num_heads)
+    w.add_rope_freq_base(rope_theta); w.add_layer_norm_rms_eps(1e-5); w.add_rope_dimension_count(hd)
     w.add_vocab_size(vocab)
-    if arch != "llama": w.add_key_length(hidden_size // num_heads); w.add_value_length(hidden_size // num_heads)
-    _copy_tokenizer(src, w)
-    rng, hd = np.random.default_rng(seed), hidden_size // num_heads
+    w.add_file_type(_FILE_TYPES.get(default_type, gguf.LlamaFileType.GUESSED))  # what llama-bench prints as the model's type
+    if arch != "llama" or hd != hidden_size // num_heads: w.add_key_length(hd); w.add_value_length(hd)
+    _copy_tokenizer(src, w, pad_to=vocab)
+    rng = np.random.default_rng(seed)
     def add(name, rows, K, kind):
-        qt = GGMLQuantizationType[types.get(kind, "Q8_0")]
-        w.add_tensor(name, random_gguf_weight(qt, rows, K, seed=int(rng.integers(1 << 30)), scale=0.05).numpy(), raw_dtype=qt)
+        qt = GGMLQuantizationType[types.get(kind, default_type)]
+        w.add_tensor(name, random_gguf_weight(qt, rows, K, seed=int(rng.integers(1 << 30)), scale=scale).numpy(), raw_dtype=qt)
+    if rope_freqs is not None: w.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, np.float32))
     add("token_embd.weight", vocab, hidden_size, "token_embd")
     for i in range(num_layers):
         for kind, rows, K in (("attn_q", num_heads * hd, hidden_size), ("attn_k", num_kv_heads * hd, hidden_size), ("attn_v", num_kv_heads * hd, hidden_size),
@@ -252,3 +290,12 @@ def save_random_gguf(path, types:dict[str, str]|None=None, hidden_size:int=256, 
     if not tie: add("output.weight", vocab, hidden_size, "output")
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     return path
+
+# %% ../../nbs/29_gguf.ipynb #630c08a7
+def llama3_rope_freqs(hf_config, head_dim:int) -> torch.Tensor:
+    "The rope_freqs llama.cpp's converter writes for a config with `llama3` rope scaling: the plain frequencies over the scaled ones."
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from litevllm.models.llama import _rope_params
+    plain = 1.0 / (_rope_params(hf_config)["rope_theta"] ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+    return plain / ROPE_INIT_FUNCTIONS["llama3"](hf_config, "cpu")[0]
+

@@ -77,7 +77,8 @@ def _rope_params(config) -> dict:
 
 class RotaryEmbedding(CustomOp):
     "cos/sin tables for every position; `forward(cos_sin, q, k)` rotates q and k by the rows `cos_sin(positions)` took."
-    def __init__(self, config, head_dim:int, max_positions:int):
+    def __init__(self, config, head_dim:int, max_positions:int,
+                 freq_factors:torch.Tensor|None=None):  # (head_dim/2,) divisors of the frequencies: a GGUF file's rope_freqs (29_gguf)
         super().__init__()
         self.half = None  # forward_cpu's float32 (positions, head_dim/2) cos and sin tables
         p = _rope_params(config)
@@ -87,6 +88,7 @@ class RotaryEmbedding(CustomOp):
             from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
             with torch.device("cpu"): inv_freq, scale = ROPE_INIT_FUNCTIONS[p["rope_type"]](config, "cpu")
             inv_freq = inv_freq.to(torch.empty(0).device)  # on the meta device when the model is made there (its tables come at load)
+        if freq_factors is not None: inv_freq = inv_freq / freq_factors.to(inv_freq.device, torch.float)
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float), inv_freq.float())  # (positions, head_dim/2)
         emb = torch.cat((freqs, freqs), dim=-1)                                                 # (positions, head_dim)
         self.register_buffer("cos", emb.cos() * scale, persistent=False)
@@ -199,9 +201,9 @@ class LlamaForCausalLM(nn.Module):
         "A checkpoint tensor's name here (None: not this model's to load)."
         return hf_name.removeprefix("model.")
 
-    def set_rope(self, max_positions:int):
+    def set_rope(self, max_positions:int, freq_factors=None):
         "Rebuild the rope tables every layer shares (a model made on the meta device has none)."
-        rope = RotaryEmbedding(self.config, self.layers[0].self_attn.head_dim, max_positions)
+        rope = RotaryEmbedding(self.config, self.layers[0].self_attn.head_dim, max_positions, freq_factors)
         for layer in self.layers: layer.self_attn.rope = rope
 
     def forward(self, input_ids, positions, attn, inputs_embeds=None):

@@ -124,6 +124,15 @@ template <typename F>
 static inline void decode_row(const uint8_t* row, int K, float* y) {
   for (int k = 0; k < K; k += F::QK, row += F::BYTES) F::decode(row, [&](vf w, int j) { storef(w, y + k + j); });
 }
+static inline void store_bf16v(vf f, bf16* p) {  // VW floats -> bfloat16, rounded to nearest even (as torch does)
+  vu u; std::memcpy(&u, &f, sizeof u);
+  const vh h = __builtin_convertvector((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16, vh);
+  std::memcpy(p, &h, sizeof h);
+}
+template <typename F>
+static inline void decode_row(const uint8_t* row, int K, bf16* y) {
+  for (int k = 0; k < K; k += F::QK, row += F::BYTES) F::decode(row, [&](vf w, int j) { store_bf16v(w, y + k + j); });
+}
 
 // @section linear
 // y (M, N) = x (M, K) W^T, W's rows in blocks. A decode step has one row of x per running request: up to FUSED_ROWS
@@ -155,6 +164,183 @@ static inline void fused_tail(int64_t M, const X* x, int64_t xs, const uint8_t* 
   if constexpr (R > 0) {
     if (M == R) gguf_linear_fused<F, R>(x, xs, w, bias, y, ys, K, N); else fused_tail<F, R - 1>(M, x, xs, w, bias, y, ys, K, N);
   }
+}
+
+// @section q8-dot
+// The K formats for one row of x or a few (a decode step), with integer dot products, as llama.cpp multiplies: each
+// block of 32 of x's values is quantized to int8 once per call (its own float scale dx; dx times the sum of each 16 and
+// each 32), each 32 weights of W are unpacked to unsigned bytes (no floats), and their 32 byte products are summed into
+// 8 int32 lanes, 4 adjacent products a lane (`dot4`: `vpdpbusd` where the CPU has VNNI, else `vpmaddubsw` then
+// `vpmaddwd`, which cannot saturate for quants below 64). A weight is d * q - m (q >= 0; a Q6_K quant's offset 32 is its
+// m), so a row's dot is the sum over sub-blocks of d * dx * (q . xq), minus the sum of m * (dx * sum of xq), the latter
+// from x's sums: one float multiply-add per 32 weights, not one per weight. Q8_0, Q4_0 and Q4_1 keep the float path
+// (measured: no faster this way at the default model's shapes), and so does every format on a CPU without AVX2.
+#if defined(__AVX2__)
+#define LITEVLLM_GGUF_Q8 1
+static inline __m256i dot4(__m256i u, __m256i x) {  // u: 32 unsigned bytes < 64, x: 32 int8 -> 8 int32, each 4 products
+#if defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, x);
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+#endif
+}
+struct XQ { const int8_t* q; const float* dx; const float* s16; const float* s32; int K; };  // x quantized: row r at q + r*K, dx + r*K/32, s16 + r*K/16, s32 + r*K/32
+
+template <typename X>
+static void quantize_x(const X* x, int64_t xs, int64_t M, int K, int8_t* q, float* dx, float* s16, float* s32) {
+  for (int64_t r = 0; r < M; r++)
+    for (int b = 0; b < K / 32; b++) {
+      float v[32], amax = 0.f;
+      for (int i = 0; i < 32; i++) { v[i] = to_f32(x[r * xs + 32 * b + i]); amax = std::max(amax, std::fabs(v[i])); }
+      const float id = amax > 0.f ? 127.f / amax : 0.f, d = amax * (1.f / 127.f);
+      int sum[2] = {0, 0};
+      for (int i = 0; i < 32; i++) {
+        const int qi = int(std::nearbyint(v[i] * id));
+        q[r * K + 32 * b + i] = int8_t(qi); sum[i / 16] += qi;
+      }
+      dx[r * (K / 32) + b] = d;
+      s16[r * (K / 16) + 2 * b] = d * float(sum[0]); s16[r * (K / 16) + 2 * b + 1] = d * float(sum[1]);
+      s32[r * (K / 32) + b] = d * float(sum[0] + sum[1]);
+    }
+}
+
+// Each format's block against R rows of quantized x: acc[r] and acc2[r] += the scaled integer sums (two chains of
+// multiply-adds, each of which waits 4 cycles for its last), off[r] += the offsets' products (subtracted at the end).
+// k: the block's first weight.
+template <typename F> struct Q8Dot { static constexpr bool ok = false; };
+static inline __m256i load32(const void* p) { return _mm256_loadu_si256((const __m256i*)p); }
+
+// The K formats: a super-block's 8 (Q6_K: 16) scales put on x's 8 block scales in one vector multiply per row, then
+// each 32 weights' sums take theirs by a lane permute; the minimums' products are one vector multiply-add per row.
+static inline void scales_mins_k4(const uint8_t* s, float d, float dmin, __m256& sc, __m256& mn) {
+  uint32_t u[4]; std::memcpy(u, s, 12);  // scale_min_k4 for all 8 at once, on 32-bit words (as llama.cpp unpacks them)
+  const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);  // minimums 4-7
+  const uint32_t mins03 = u[1] & m6;
+  u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);         // scales 4-7
+  u[2] = mins03; u[0] &= m6;                              // scales 0-3, minimums 0-3
+  const __m128i v = _mm_loadu_si128((const __m128i*)u);
+  sc = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)));
+  mn = _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))));
+}
+static inline __m256 lane(__m256 v, int j) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j)); }
+template <int R> static inline void add32s(__m256i u, const XQ& x, int k, const __m256 scdx[R], int j, __m256 acc[R]) {
+  for (int r = 0; r < R; r++)
+    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot4(u, load32(x.q + r * x.K + k))), lane(scdx[r], j), acc[r]);
+}
+template <int R> static inline void k4_setup(const uint8_t* b, const XQ& x, int k, __m256 scdx[R], __m256 acc_off[R]) {
+  __m256 sc, mn; scales_mins_k4(b + 4, fp16(b), fp16(b + 2), sc, mn);
+  for (int r = 0; r < R; r++) {
+    scdx[r] = _mm256_mul_ps(sc, _mm256_loadu_ps(x.dx + r * (x.K / 32) + k / 32));       // d * scale * dx, per sub-block
+    acc_off[r] = _mm256_fmadd_ps(mn, _mm256_loadu_ps(x.s32 + r * (x.K / 32) + k / 32), acc_off[r]);  // dmin * min * dx * sum
+  }
+}
+template <> struct Q8Dot<Q4_K> { static constexpr bool ok = true;
+  template <int R> static inline void block(const uint8_t* b, const XQ& x, int k, __m256 acc[R], __m256 acc2[R], __m256 off[R]) {
+    __m256 scdx[R]; k4_setup<R>(b, x, k, scdx, off);
+    const uint8_t* q = b + 16; const __m256i m4 = _mm256_set1_epi8(15);
+    for (int j = 0; j < 4; j++, q += 32) {  // 32 bytes: sub-block 2j in the low halves, 2j + 1 in the high
+      const __m256i v = load32(q);
+      add32s<R>(_mm256_and_si256(v, m4), x, k + 64 * j, scdx, 2 * j, acc);
+      add32s<R>(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), x, k + 64 * j + 32, scdx, 2 * j + 1, acc2);
+    }
+  }
+};
+template <> struct Q8Dot<Q5_K> { static constexpr bool ok = true;
+  template <int R> static inline void block(const uint8_t* b, const XQ& x, int k, __m256 acc[R], __m256 acc2[R], __m256 off[R]) {
+    __m256 scdx[R]; k4_setup<R>(b, x, k, scdx, off);
+    const uint8_t* q = b + 48; const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1), h = load32(b + 16);
+    for (int j = 0; j < 4; j++, q += 32) {  // Q4_K's, plus the fifth bits: bit 2j (2j + 1) of qh's byte l
+      const __m256i v = load32(q);  // 16-bit shifts, then a mask: no bit crosses into a byte it does not belong to
+      const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * j), one), 4);
+      const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * j + 1), one), 4);
+      add32s<R>(_mm256_or_si256(_mm256_and_si256(v, m4), h0), x, k + 64 * j, scdx, 2 * j, acc);
+      add32s<R>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), h1), x, k + 64 * j + 32, scdx, 2 * j + 1, acc2);
+    }
+  }
+};
+template <> struct Q8Dot<Q6_K> { static constexpr bool ok = true;  // 16 scales of 16 weights; quants minus 32
+  template <int R> static inline void block(const uint8_t* b, const XQ& x, int k, __m256 acc[R], __m256 acc2[R], __m256 off[R]) {
+    const float d = fp16(b + 208); const uint8_t *ql = b, *qh = b + 128; const int8_t* s = (const int8_t*)(b + 192);
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++, ql += 64, qh += 32, s += 8, k += 128) {  // 6-bit quants: 4 low bits in ql, 2 high in qh
+      const __m256 sc = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)s))));
+      __m256 scdx[R];  // d * scale * dx for the 8 groups of 16: x's scale per 32, each twice
+      for (int r = 0; r < R; r++) {
+        const __m128 dx4 = _mm_loadu_ps(x.dx + r * (x.K / 32) + k / 32);
+        scdx[r] = _mm256_mul_ps(sc, _mm256_setr_m128(_mm_unpacklo_ps(dx4, dx4), _mm_unpackhi_ps(dx4, dx4)));
+        off[r] = _mm256_fmadd_ps(_mm256_mul_ps(sc, _mm256_set1_ps(32.f)), _mm256_loadu_ps(x.s16 + r * (x.K / 16) + k / 16), off[r]);
+      }
+      const __m256i a = load32(ql), c = load32(ql + 32), e = load32(qh);
+      auto hi2 = [&](int sh) { return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(e, sh), m2), 4); };
+      const __m256i u[4] = {_mm256_or_si256(_mm256_and_si256(a, m4), hi2(0)), _mm256_or_si256(_mm256_and_si256(c, m4), hi2(2)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), hi2(4)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), hi2(6))};
+      auto add = [&](int i, __m256* a) {  // dot4's lanes 0-3 are the first 16 weights' sums, lanes 4-7 the second's
+        const __m256i idx = _mm256_setr_epi32(2 * i, 2 * i, 2 * i, 2 * i, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1);
+        for (int r = 0; r < R; r++)
+          a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot4(u[i], load32(x.q + r * x.K + k + 32 * i))),
+                                 _mm256_permutevar8x32_ps(scdx[r], idx), a[r]);
+      };
+      add(0, acc); add(1, acc2); add(2, acc); add(3, acc2);  // two chains of multiply-adds (each waits 4 cycles for the last)
+    }
+  }
+};
+
+static inline float hsum8(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+template <typename F, int R, typename X>
+static void gguf_linear_q8(const XQ& x, const uint8_t* w, const float* bias, X* y, int64_t ys, int K, int N) {
+  const int64_t row_bytes = int64_t(K / F::QK) * F::BYTES;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    __m256 acc[R], acc2[R], off[R];  // two accumulators a row: a block's sums alternate between them (or blocks do)
+    for (int r = 0; r < R; r++) { acc[r] = acc2[r] = off[r] = _mm256_setzero_ps(); }
+    const uint8_t* row = w + n * row_bytes;
+    int k = 0;
+    for (; k + 2 * F::QK <= K; k += 2 * F::QK, row += 2 * F::BYTES) {
+      Q8Dot<F>::template block<R>(row, x, k, acc, acc2, off);
+      Q8Dot<F>::template block<R>(row + F::BYTES, x, k + F::QK, acc2, acc, off);
+    }
+    if (k < K) Q8Dot<F>::template block<R>(row, x, k, acc, acc2, off);
+    for (int r = 0; r < R; r++) store(hsum8(_mm256_sub_ps(_mm256_add_ps(acc[r], acc2[r]), off[r])) + (bias ? bias[n] : 0.f), y + r * ys + n);
+  }
+}
+template <typename F, int R, typename X>
+static inline void q8_tail(int64_t M, const XQ& x, const uint8_t* w, const float* bias, X* y, int64_t ys, int K, int N) {
+  if constexpr (R > 0) {
+    if (M == R) gguf_linear_q8<F, R>(x, w, bias, y, ys, K, N); else q8_tail<F, R - 1>(M, x, w, bias, y, ys, K, N);
+  }
+}
+template <typename F, typename X>  // false: this format keeps the float path
+static bool gguf_linear_few(const X* x, int64_t xs, const uint8_t* w, const float* bias, X* y, int64_t ys, int64_t M, int K, int N) {
+  if constexpr (!Q8Dot<F>::ok) return false;
+  else {
+    thread_local std::vector<int8_t> q; thread_local std::vector<float> f;
+    q.resize(size_t(M) * K); f.resize(size_t(M) * (K / 32 + K / 16 + K / 32));
+    float *dx = f.data(), *s16 = dx + M * (K / 32), *s32 = s16 + M * (K / 16);
+    quantize_x(x, xs, M, K, q.data(), dx, s16, s32);
+    q8_tail<F, FUSED_ROWS>(M, XQ{q.data(), dx, s16, s32, K}, w, bias, y, ys, K, N);
+    return true;
+  }
+}
+#else
+template <typename F, typename X>
+static bool gguf_linear_few(const X*, int64_t, const uint8_t*, const float*, X*, int64_t, int64_t, int, int) { return false; }
+#endif
+extern "C" int litevllm_gguf_q8_path() {  // 0: floats only; 1: int8 products with vpmaddubsw; 2: with VNNI's vpdpbusd
+#if !defined(LITEVLLM_GGUF_Q8)
+  return 0;
+#elif defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+  return 2;
+#else
+  return 1;
+#endif
 }
 
 // @section linear-buffer
@@ -194,7 +380,10 @@ static inline void rows_x_buf_tail(int64_t m, const X* x, int64_t xs, const floa
 
 template <typename F, typename X>
 static void gguf_linear(const X* x, int64_t xs, const uint8_t* w, const float* bias, X* y, int64_t ys, int64_t M, int K, int N) {
-  if (M <= FUSED_ROWS) { fused_tail<F, FUSED_ROWS>(M, x, xs, w, bias, y, ys, K, N); return; }  // a decode step's rows
+  if (M <= FUSED_ROWS) {  // a decode step's rows: int8 products where the format and the CPU have them, else floats
+    if (!gguf_linear_few<F>(x, xs, w, bias, y, ys, M, K, N)) fused_tail<F, FUSED_ROWS>(M, x, xs, w, bias, y, ys, K, N);
+    return;
+  }
   const int64_t row_bytes = int64_t(K / F::QK) * F::BYTES;
 #pragma omp parallel
   {
@@ -217,16 +406,8 @@ static void gguf_linear(const X* x, int64_t xs, const uint8_t* w, const float* b
 template <typename F, typename Y>
 static void gguf_rows(const uint8_t* w, const int64_t* ids, int64_t n, int K, Y* y) {
   const int64_t row_bytes = int64_t(K / F::QK) * F::BYTES;
-#pragma omp parallel if (n >= 16)
-  {
-    std::vector<float> buf(std::is_same<Y, float>::value ? 0 : K);
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-      const uint8_t* row = w + (ids ? ids[i] : i) * row_bytes;
-      if constexpr (std::is_same<Y, float>::value) decode_row<F>(row, K, y + i * K);
-      else { decode_row<F>(row, K, buf.data()); for (int k = 0; k < K; k++) store(buf[k], y + i * K + k); }
-    }
-  }
+#pragma omp parallel for schedule(static) if (n >= 16)
+  for (int64_t i = 0; i < n; i++) decode_row<F>(w + (ids ? ids[i] : i) * row_bytes, K, y + i * K);  // float32 or bfloat16
 }
 
 // @section entry
