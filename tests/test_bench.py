@@ -409,3 +409,25 @@ def test_llamacpp_rows_with_a_stand_in_build(tmp_path, monkeypatch):
     assert [(r["test"], r["tok_s"], r["litevllm_tok_s"], r["litevllm_vs_llamacpp"]) for r in out] == [("pp512", 1000.0, 2000.0, 2.0), ("tg128", 100.0, 80.0, 0.8)]
     llamacpp_rows(rows, torch.float32)  # float32: the F32 file, made once with llama-quantize
     assert (tmp_path/"cache"/"gguf"/"SmolLM2-135M-Instruct.F32.gguf").is_file()
+
+
+def test_folder_gguf_with_a_stand_in_converter(tmp_path, monkeypatch):
+    "`bench latency --model FOLDER --baseline llamacpp`'s file: llama.cpp's converter (a stand-in here) run once per folder and type, llama-quantize for the rest; its failure said."
+    import stat, sys
+    from litevllm.bench.baseline import folder_gguf
+    build, src, folder = tmp_path/"build", tmp_path/"src", tmp_path/"model"
+    for d in (build/"bin", src, folder): d.mkdir(parents=True)
+    (folder/"config.json").write_text("{}"); (folder/"model.safetensors").write_bytes(b"weights")
+    (src/"convert_hf_to_gguf.py").write_text(
+        "import sys, pathlib\na = sys.argv\nif 'broken' in a[1]: sys.exit('cannot read that tokenizer')\n"
+        "pathlib.Path(a[a.index('--outfile') + 1]).write_text(a[a.index('--outtype') + 1])\n")
+    (build/"bin"/"llama-quantize").write_text('#!/bin/sh\n(cat "$1"; echo " -> $3") > "$2"\n')
+    (build/"bin"/"llama-quantize").chmod(0o755)
+    monkeypatch.setenv("LITEVLLM_LLAMACPP", str(build)); monkeypatch.setenv("LITEVLLM_CACHE", str(tmp_path/"cache"))
+    bf16 = folder_gguf(folder, "bf16")
+    assert bf16.name.endswith(".BF16.gguf") and bf16.read_text() == "bf16"
+    assert folder_gguf(folder, "BF16") == bf16  # made once
+    q4k = folder_gguf(folder, "Q4_K")
+    assert q4k.name.endswith(".Q4_K.gguf") and q4k.read_text().strip() == "bf16 -> Q4_K" and not list(q4k.parent.glob("*.tmp"))
+    broken = tmp_path/"broken"; broken.mkdir()
+    with pytest.raises(RuntimeError, match="cannot read that tokenizer"): folder_gguf(broken, "F32")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['SCRIPTS', 'VLLM_CLI', 'LLAMACPP_ENV', 'GGUF_FOR_DTYPE', 'show_script', 'run_vllm_worker', 'vllm_env',
-           'vllm_kv_cache_bytes', 'vllm_cli', 'llamacpp_bin', 'default_model_gguf', 'parse_llama_bench',
-           'run_llama_bench', 'llama_server_argv']
+           'vllm_kv_cache_bytes', 'vllm_cli', 'llamacpp_bin', 'default_model_gguf', 'llamacpp_converter', 'folder_gguf',
+           'parse_llama_bench', 'run_llama_bench', 'llama_server_argv']
 
 # %% ../../nbs/50b_bench_baseline.ipynb #be734414
 SCRIPTS = Path(str(files("litevllm")))/"bench"/"vllm_scripts"  # run by vLLM's interpreter; shipped as package data
@@ -92,6 +92,35 @@ def default_model_gguf(fmt:str="Q4_1") -> Path:
         subprocess.run([str(llamacpp_bin("llama-quantize")), "--allow-requantize", str(src), str(tmp), fmt.upper()], check=True, capture_output=True)
         tmp.rename(out)
     return out
+
+# %% ../../nbs/50b_bench_baseline.ipynb #3f5c47f1
+def llamacpp_converter() -> Path:
+    "llama.cpp's `convert_hf_to_gguf.py`, from the source tree `make llamacpp-baseline` unpacked beside its build."
+    p = Path(os.environ.get(LLAMACPP_ENV) or ".llamacpp/build").parent/"src"/"convert_hf_to_gguf.py"
+    if not p.is_file(): raise FileNotFoundError(f"{p} not found: run `make llamacpp-baseline` (llama.cpp's source tree and build)")
+    return p
+
+def folder_gguf(folder, fmt:str="BF16") -> Path:
+    "A float model folder as a GGUF file of `fmt` (F32, F16, BF16, Q8_0 by llama.cpp's converter; any other type llama-quantize makes from its BF16), made once and cached."
+    import hashlib, sys
+    from litevllm.config import cache_dir
+    folder, fmt = Path(folder).expanduser().resolve(), fmt.upper()
+    stamp = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(folder.glob("*")) if f.suffix in (".json", ".safetensors")]
+    out = cache_dir()/"gguf"/f"{folder.name}-{hashlib.sha256(repr([str(folder), stamp]).encode()).hexdigest()[:12]}.{fmt}.gguf"
+    if out.exists(): return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    direct = fmt in ("F32", "F16", "BF16", "Q8_0")  # what the converter writes itself
+    tmp = out.with_name(out.name + (".tmp" if direct else ".BF16.tmp"))
+    def run(argv):
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode: raise RuntimeError(f"{Path(argv[1] if argv[0] == sys.executable else argv[0]).name} failed on {folder}:\n{r.stderr[-2000:]}")
+    run([sys.executable, str(llamacpp_converter()), str(folder), "--outtype", fmt.lower() if direct else "bf16", "--outfile", str(tmp)])
+    if not direct:
+        run([str(llamacpp_bin("llama-quantize")), str(tmp), str(out.with_name(out.name + ".tmp")), fmt])
+        tmp.unlink(); tmp = out.with_name(out.name + ".tmp")
+    tmp.rename(out)
+    return out
+
 
 # %% ../../nbs/50b_bench_baseline.ipynb #36ae93d6
 def parse_llama_bench(text:str, fmt:str) -> list[dict]:

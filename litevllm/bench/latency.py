@@ -150,7 +150,7 @@ def add_bandwidth_limit(rows:list[dict], weight_bytes:int, gbs:float) -> list[di
 
 # %% ../../nbs/50d_bench_latency.ipynb #ecef8bc6
 def llamacpp_rows(rows:list[dict], dtype, gguf_format:str|None=None, prompt_len:int=512, gen_len:int=128, gguf_file=None) -> list[dict]:
-    "llama-bench on `gguf_file` (the file litevllm ran), else the default model's GGUF (the engine's dtype, or `gguf_format`), each row beside litevllm's one-request figure."
+    "llama-bench on `gguf_file` (the file litevllm ran, or its folder converted), else the default model's GGUF (the engine's dtype, or `gguf_format`), each row beside litevllm's one-request figure."
     import torch
     from litevllm.bench.baseline import GGUF_FOR_DTYPE, default_model_gguf, run_llama_bench
     fmt = gguf_format or GGUF_FOR_DTYPE.get(str(dtype), "F32")
@@ -181,8 +181,9 @@ def _latency(ns) -> int:
     kw = engine_kwargs(ns)
     from litevllm.config import is_gguf_file
     gguf_file = ns.model if ns.model is not None and is_gguf_file(ns.model) else None
-    if ns.baseline == "llamacpp" and ns.model is not None and gguf_file is None:
-        raise SystemExit("--baseline llamacpp runs a GGUF file: the default model (leave --model out) or --model FILE.gguf")
+    if ns.baseline == "llamacpp" and ns.model is not None and gguf_file is None:  # a folder: llama.cpp's converter makes its file first
+        from litevllm.bench.baseline import GGUF_FOR_DTYPE, folder_gguf, llamacpp_converter
+        llamacpp_converter()  # missing: say so now, not after our rows
     llm = LLM(ns.model, **kw)
     out_len = ns.output_len or (256 if ns.workload == "copy" else 32)
     rows = bench_latency(llm, ns.prompt_lens, ns.batch_sizes, out_len, ns.seed, workload=ns.workload)
@@ -196,6 +197,9 @@ def _latency(ns) -> int:
           f"one request decodes at most {gbs * 1e9 / wb:.0f} tok/s here")
     print(format_table(rows, [k for k in LATENCY_COLS if any(r.get(k) is not None for r in rows)]))
     if ns.baseline == "llamacpp":
+        if ns.model is not None and gguf_file is None:  # the same weights: the engine's dtype, or Q8_0 beside int8 at load
+            fmt = ns.gguf_format or ("Q8_0" if c.quantization == "int8_per_channel" else GGUF_FOR_DTYPE.get(str(c.dtype), "F32"))
+            gguf_file = folder_gguf(ns.model, fmt)
         base = llamacpp_rows(rows, c.dtype, ns.gguf_format, gguf_file=gguf_file)
         print(format_table(base, list(base[0])))
         rows = rows + base
@@ -215,7 +219,7 @@ def add_latency_args(p:argparse.ArgumentParser):
     p.add_argument("--output-len", type=int, default=None, help="max_tokens (default: 32 random, 256 copy)")
     p.add_argument("--output-json", default=None)
     p.add_argument("--baseline", choices=["none", "llamacpp"], default="none",
-                   help="llamacpp: llama-bench (make llamacpp-baseline) on the default model's GGUF, beside the one-request rows")
+                   help="llamacpp: llama-bench (make llamacpp-baseline) on the same weights as GGUF (the file given; a folder converted by llama.cpp's converter; the default model's file), beside the one-request rows")
     p.add_argument("--gguf-format", default=None, help="the GGUF type llama.cpp runs (default: the engine's dtype: F32, BF16; or Q8_0, Q4_1, ...)")
     add_engine_args(p)
     p.set_defaults(func=cmd_latency)

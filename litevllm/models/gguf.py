@@ -191,6 +191,8 @@ def _copy_norm(ck:GGUFCheckpoint, norm, hf:str):
         raise ValueError(f"{hf}: expected a float tensor of {tuple(norm.weight.shape)}, got {qtype.name} {tuple(data.shape)}")
     norm.weight.data.copy_(data)
 
+
+# %% ../../nbs/29_gguf.ipynb #123385b4
 @torch.no_grad()
 def load_gguf_model(vllm_config) -> LlamaForCausalLM:
     "The model of a GGUF file (`vllm_config.args.model`), its quantized weights kept as blocks, on its device and dtype."
@@ -243,11 +245,21 @@ def _copy_tokenizer(reader, w, pad_to:int=0):
         if f"tokenizer.ggml.{key}" in f: add(f[f"tokenizer.ggml.{key}"].contents())
     if "tokenizer.chat_template" in f: w.add_chat_template(f["tokenizer.chat_template"].contents())
 
-# %% ../../nbs/29_gguf.ipynb #d37a2f9e
+# %% ../../nbs/29_gguf.ipynb #64779347
 _FILE_TYPES = {"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16, "BF16": gguf.LlamaFileType.MOSTLY_BF16,
                "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
                "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_S, "Q5_K": gguf.LlamaFileType.MOSTLY_Q5_K_S, "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K}
 
+def _write_hparams(w, arch, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim, vocab, rope_theta, default_type):
+    "A model's numbers into GGUF writer `w`, under the keys llama.cpp's converter writes (its file type: what llama-bench prints)."
+    w.add_block_count(num_layers); w.add_context_length(2048); w.add_embedding_length(hidden_size)
+    w.add_feed_forward_length(intermediate_size); w.add_head_count(num_heads); w.add_head_count_kv(num_kv_heads)
+    w.add_rope_freq_base(rope_theta); w.add_layer_norm_rms_eps(1e-5); w.add_rope_dimension_count(head_dim)
+    w.add_vocab_size(vocab); w.add_file_type(_FILE_TYPES.get(default_type, gguf.LlamaFileType.GUESSED))
+    if arch != "llama" or head_dim != hidden_size // num_heads: w.add_key_length(head_dim); w.add_value_length(head_dim)
+
+
+# %% ../../nbs/29_gguf.ipynb #d37a2f9e
 def save_random_gguf(path, types:dict[str, str]|None=None, hidden_size:int=256, intermediate_size:int=512, num_layers:int=2,
                      num_heads:int=4, num_kv_heads:int=2, tie:bool=False, seed:int=0, tokenizer_gguf=None, arch:str="llama",
                      head_dim:int|None=None,     # None: hidden_size // num_heads
@@ -262,12 +274,7 @@ def save_random_gguf(path, types:dict[str, str]|None=None, hidden_size:int=256, 
     vocab, hd = vocab_size or tokens, head_dim or hidden_size // num_heads
     if vocab < tokens: raise ValueError(f"vocab_size {vocab} is below the tokenizer's {tokens} tokens")
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(num_layers); w.add_context_length(2048); w.add_embedding_length(hidden_size)
-    w.add_feed_forward_length(intermediate_size); w.add_head_count(num_heads); w.add_head_count_kv(num_kv_heads)
-    w.add_rope_freq_base(rope_theta); w.add_layer_norm_rms_eps(1e-5); w.add_rope_dimension_count(hd)
-    w.add_vocab_size(vocab)
-    w.add_file_type(_FILE_TYPES.get(default_type, gguf.LlamaFileType.GUESSED))  # what llama-bench prints as the model's type
-    if arch != "llama" or hd != hidden_size // num_heads: w.add_key_length(hd); w.add_value_length(hd)
+    _write_hparams(w, arch, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, hd, vocab, rope_theta, default_type)
     _copy_tokenizer(src, w, pad_to=vocab)
     rng = np.random.default_rng(seed)
     def add(name, rows, K, kind):

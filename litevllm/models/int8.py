@@ -85,7 +85,7 @@ def quantize_linears(model:nn.Module) -> int:
 @torch.no_grad()
 def load_int8_model(vllm_config) -> LlamaForCausalLM:
     "The model of `vllm_config`'s float checkpoint with every linear layer quantized to int8 (W8A8), on its device and dtype."
-    model = load_checkpoint(vllm_config)
+    model = load_checkpoint(vllm_config, dtype=vllm_config.dtype)  # in the engine's dtype: a 3B checkpoint read in float32 (13 GB) did not fit 24 GB
     n = quantize_linears(model)
     logger.info("int8_per_channel: %d linear layers quantized at load", n)
     return finalize(model, vllm_config)

@@ -359,14 +359,14 @@ def get_model(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
         return MODEL_LOADERS[q](vllm_config)
     return finalize(load_checkpoint(vllm_config, tp), vllm_config, sharded=tp is not None and tp.world_size > 1)
 
-def load_checkpoint(vllm_config, tp:GroupCoordinator|None=None) -> LlamaForCausalLM:
-    "The model built and its checkpoint read in (float32, on CPU), not yet `finalize`d: where a loader that quantizes at load starts (29a_int8)."
+def load_checkpoint(vllm_config, tp:GroupCoordinator|None=None, dtype:torch.dtype=torch.float32) -> LlamaForCausalLM:
+    "The model built and its checkpoint read in (`dtype`, on CPU), not yet `finalize`d: where a loader that quantizes at load starts (29a_int8)."
     cfg = vllm_config.hf_config
     archs = getattr(cfg, "architectures", None) or []
     with torch.device("meta"):
         model = next((MODEL_CLASSES[a] for a in archs if a in MODEL_CLASSES), LlamaForCausalLM)(cfg, max_positions=vllm_config.max_model_len)
         if tp is not None and tp.world_size > 1: shard_model(model, tp)  # this rank's parallel layers (see "Tensor parallelism" below)
-    model = materialize(model, vllm_config)
+    model = materialize(model.to(dtype), vllm_config)
     if cfg.tie_word_embeddings: model.lm_head.weight = model.embed_tokens.weight
     load_weights(model, vllm_config.model_path)  # each parallel layer reads its slice; the rest whole
     return model
