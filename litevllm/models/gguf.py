@@ -14,8 +14,7 @@ import torch.nn.functional as F
 import gguf
 from fastcore.basics import patch
 from gguf import GGMLQuantizationType
-from ..kernels.gguf import (block_layout, check_block_type, dequantize, gguf_linear_raw, gguf_rows, load_gguf_kernels,
-                                   random_gguf_weight, gguf_q8_path, q8_activations)
+from ..kernels.gguf import block_layout, check_block_type, dequantize, gguf_linear_raw, gguf_rows, load_gguf_kernels, random_gguf_weight
 from ..kernels.cpu_decode import DECODE_LINEARS, DecodeLinear
 from .llama import CustomOp, LlamaForCausalLM, MODEL_LOADERS, materialize, finalize, onednn_linear_available
 
