@@ -12,12 +12,14 @@ from gguf import GGMLQuantizationType
 from .cpu_attention import build_cpu_library
 
 # %% auto #0
-__all__ = ['GGUF_BLOCK_TYPES', 'Q8_ACTIVATION_TYPES', 'block_layout', 'check_block_type', 'dequantize', 'random_gguf_weight',
-           'load_gguf_kernels', 'gguf_linear_raw', 'gguf_linear', 'gguf_rows', 'gguf_q8_path', 'q8_activations']
+__all__ = ['GGUF_BLOCK_TYPES', 'FLOAT_TYPES', 'Q8_ACTIVATION_TYPES', 'block_layout', 'check_block_type', 'dequantize',
+           'random_gguf_weight', 'load_gguf_kernels', 'gguf_linear_raw', 'gguf_linear', 'gguf_rows', 'gguf_q8_path',
+           'q8_activations']
 
 # %% ../../kernels_nbs/05_cpu_gguf.ipynb #36a6db59
 GGUF_BLOCK_TYPES = {t.name: t for t in (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1,
                                          GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q5_K, GGMLQuantizationType.Q6_K)}
+FLOAT_TYPES = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: torch.float16, GGMLQuantizationType.BF16: torch.bfloat16}  # no blocks
 
 def block_layout(qtype) -> tuple[int, int]:
     "(weights per block, bytes per block) of a GGUF type."
@@ -84,9 +86,8 @@ def random_gguf_weight(qtype, rows:int, K:int, seed:int=0, scale:float=0.02) -> 
     "A random (rows, K) weight in GGUF type `qtype`, as the file stores it: (rows, bytes per row) uint8."
     qtype, rng = GGMLQuantizationType(qtype), np.random.default_rng(seed)
     qk, nbytes = block_layout(qtype)
-    floats = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: torch.float16, GGMLQuantizationType.BF16: torch.bfloat16}
-    if qtype in floats:  # float weights: numbers, not random bits (which would hold NaNs), as bytes like the rest
-        return (torch.from_numpy(rng.standard_normal((rows, K), dtype=np.float32)) * scale).to(floats[qtype]).view(torch.uint8)
+    if qtype in FLOAT_TYPES:  # float weights: numbers, not random bits (which would hold NaNs), as bytes like the rest
+        return (torch.from_numpy(rng.standard_normal((rows, K), dtype=np.float32)) * scale).to(FLOAT_TYPES[qtype]).view(torch.uint8)
     if qtype in (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1):
         return torch.from_numpy(gguf.quants.quantize((rng.standard_normal((rows, K)) * scale).astype(np.float32), qtype))
     data = rng.integers(0, 256, (rows, K // qk * nbytes), dtype=np.uint8)

@@ -14,17 +14,16 @@ import torch.nn.functional as F
 import gguf
 from fastcore.basics import patch
 from gguf import GGMLQuantizationType
-from ..kernels.gguf import block_layout, check_block_type, dequantize, gguf_linear_raw, gguf_rows, load_gguf_kernels, random_gguf_weight
+from ..kernels.gguf import (FLOAT_TYPES, block_layout, check_block_type, dequantize, gguf_linear_raw, gguf_rows, load_gguf_kernels,
+                                   random_gguf_weight)
 from ..kernels.cpu_decode import DECODE_LINEARS, DecodeLinear
 from .llama import CustomOp, LlamaForCausalLM, MODEL_LOADERS, materialize, finalize, onednn_linear_available
 
 # %% auto #0
-__all__ = ['FLOAT_TYPES', 'GGUF_KERNEL_ROWS', 'GGUFLinear', 'gguf_decode_linear', 'GGUFEmbedding', 'unpermute_rows',
-           'GGUFCheckpoint', 'load_gguf_model', 'save_random_gguf', 'llama3_rope_freqs']
+__all__ = ['GGUF_KERNEL_ROWS', 'GGUFLinear', 'gguf_decode_linear', 'GGUFEmbedding', 'unpermute_rows', 'GGUFCheckpoint',
+           'load_gguf_model', 'save_random_gguf', 'llama3_rope_freqs']
 
 # %% ../../nbs/29_gguf.ipynb #5b25abda
-FLOAT_TYPES = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: torch.float16, GGMLQuantizationType.BF16: torch.bfloat16}
-
 class GGUFLinear(CustomOp):
     "y = x W^T + b with W kept as GGUF blocks: parts of rows (one per checkpoint tensor, same-type neighbours joined), each its own type."
     def __init__(self, in_features:int):
@@ -71,7 +70,7 @@ GGUF_KERNEL_ROWS = 128  # up to this many rows: the C++ kernel; more: decoded on
 _SCRATCH = {}
 
 def _decode_scratch(n:int, dtype) -> torch.Tensor:
-    "One buffer per dtype that every layer's prefill decodes its weight into, grown to the largest (a new tensor each call paid its page faults: 17 of a layer's 58 ms)."
+    "One buffer per dtype that every layer's prefill decodes its weight into, grown to the largest (a new tensor each call paid its page faults: 17 of a layer's 58 ms, Zen 5, 2026-11-29)."
     buf = _SCRATCH.get(dtype)
     if buf is None or buf.numel() < n: buf = _SCRATCH[dtype] = torch.empty(n, dtype=dtype)
     return buf[:n]
@@ -166,7 +165,7 @@ def _linear(ck:GGUFCheckpoint, in_features:int, hf_names:list[str], n_heads:list
     got = [(*ck.get(name, n_head=n_head), ck.get(name, "bias", n_head=n_head)[0] if bias else None)
            for name, n_head in zip(hf_names, n_heads or [None] * len(hf_names))]
     if all(qt in FLOAT_TYPES for _, qt, _ in got):
-        w = torch.cat([d.to(got[0][0].dtype) for d, _, _ in got])
+        w = got[0][0] if len(got) == 1 else torch.cat([d.to(got[0][0].dtype) for d, _, _ in got])
         lin = nn.Linear(in_features, w.shape[0], bias=bias, device="meta")
         lin.weight = nn.Parameter(w, requires_grad=False)
         if bias: lin.bias = nn.Parameter(torch.cat([b.float() for _, _, b in got]), requires_grad=False)
