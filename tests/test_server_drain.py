@@ -1,4 +1,4 @@
-"""`litevllm serve` under a huge prompt and a SIGTERM: /health stays fast while 20 MB are tokenized (off the event loop), a
+"""`litevllm serve` under a huge prompt and a SIGTERM: /health stays fast while 12 MB are tokenized (off the event loop), a
 trusted request chat template renders, and the graceful drain (503 to new requests, in-flight requests finish, the rest
 get an error event and [DONE], exit 0)."""
 import json, signal, statistics, threading, time
@@ -26,18 +26,18 @@ def test_health_answers_while_a_huge_prompt_is_tokenized(server):
         for _ in range(5): timed()
         idle = statistics.median(timed() for _ in range(30))
         def big():
-            # /tokenize counts any length (as vLLM's): 20 MB tokenized, off the event loop (completions refuse it on its length first)
-            res["r"] = httpx.post(f"{base}/tokenize", json=dict(prompt="hello world " * (20 * 2**20 // 12)), timeout=300)
+            # /tokenize counts any length (as vLLM's): 12 MB tokenized (~5 s on a Zen 5), off the event loop (completions refuse it on its length first)
+            res["r"] = httpx.post(f"{base}/tokenize", json=dict(prompt="hello world " * (12 * 2**20 // 12)), timeout=300)
             res["t"] = time.perf_counter()
         th = threading.Thread(target=big); th.start()
-        time.sleep(2.0)  # the 20 MB are sent and parsed; tokenizing them takes seconds
+        time.sleep(2.0)  # the 12 MB are sent and parsed; tokenizing them takes seconds
         during = []
         for _ in range(20): during.append(timed()); time.sleep(0.05)
         t_end = time.perf_counter()
         th.join(300)
     print(f"idle /health {1e3 * idle:.2f} ms; while tokenizing: max {1e3 * max(during):.2f} ms, median {1e3 * statistics.median(during):.2f} ms")
     r = res["r"]
-    assert r.status_code == 200 and r.json()["count"] > 3_000_000, r.text[:300]
+    assert r.status_code == 200 and r.json()["count"] > 2_000_000, r.text[:300]
     assert res["t"] > t_end, "the prompt was tokenized before the polls ended: nothing was measured"
     # ratios to an idle /health (about 0.4 ms here; 100 ms would be 250 times it): before the thread pool, 7-8 s
     assert statistics.median(during) < 20 * idle and max(during) < 250 * idle, (idle, during)

@@ -37,7 +37,7 @@ By default an exported cell's source is shown after its `show_doc`s, as nbdev sh
 about the code (cells of imports only stay hidden). `--no-source` gives nbdev's default (`show_doc` only).
 """
 from __future__ import annotations
-import argparse, ast, hashlib, json, os, re, shutil, subprocess, sys, time
+import argparse, ast, base64, hashlib, json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -476,23 +476,38 @@ def plan(nbs, docs, show_source=True, use_cache=True, flags=''):
     return items
 
 def _per_folder(fn, items, n_workers):
-    """`parallel(fn, items)` folder by folder (`nbs/`, then `kernels_nbs/`), as `nbdev-test nbs; nbdev-test kernels_nbs`
-    ran them: a worker runs several notebooks, and a kernel notebook must be the first to import triton in its process
-    (it turns the interpreter on before, on a machine without CUDA). Spawn: a fresh interpreter per worker, so the
-    build's own imports never leak into notebooks. Results in the order of `items`."""
-    from fastcore.parallel import parallel
+    """`fn` over `items` folder by folder (`nbs/`, then `kernels_nbs/`), as `nbdev-test nbs; nbdev-test kernels_nbs` ran
+    them: a kernel notebook must be the first to import triton in its process (it turns the interpreter on before, on a
+    machine without CUDA). `n_workers` slots, each a spawned process (a fresh interpreter: the build's own imports never
+    leak into notebooks) that runs the longest notebook left, then the next, and after TASKS_PER_WORKER gives way to a
+    fresh one: a worker that ran many keeps what their engines allocated (the model runner asks glibc to keep freed
+    memory), and two such workers outgrew a 24 GB machine. The slots never wait for each other (fixed batches of
+    notebooks did: 30-50 s of a `make nbtest`). (A pool's max_tasks_per_child would do it, but hangs on Python 3.11.)
+    Results in the order of `items`; the first exception `fn` raised is raised once every slot has stopped."""
+    import multiprocessing, threading
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
     groups, expected = {}, expected_seconds()
     for i, it in enumerate(items): groups.setdefault(Path(it[0]).parent, []).append(i)
-    res = [None] * len(items)
+    res, errors, lock, ctx = [None] * len(items), [], threading.Lock(), multiprocessing.get_context('spawn')
+    def next_index(todo):
+        with lock: return todo.popleft() if todo and not errors else None
+    def slot(todo):
+        try:
+            i = next_index(todo)
+            while i is not None:
+                with ProcessPoolExecutor(1, mp_context=ctx) as ex:  # a fresh process for the next few
+                    for _ in range(TASKS_PER_WORKER):
+                        res[i] = ex.submit(fn, items[i]).result()
+                        if (i := next_index(todo)) is None: break
+        except BaseException as e:
+            with lock: errors.append(e)
     for idx in groups.values():
-        idx = sorted(idx, key=lambda i: -expected.get(_shown(items[i][0]), UNKNOWN_SECONDS))  # longest first
-        # fresh workers every few notebooks: a worker that ran many keeps what their engines allocated (the model runner
-        # asks glibc to keep freed memory), and two such workers outgrew a 24 GB machine. (A pool's max_tasks_per_child
-        # would do it, but hangs on Python 3.11.)
-        for k in range(0, len(idx), n_workers * TASKS_PER_WORKER):
-            part = idx[k:k + n_workers * TASKS_PER_WORKER]
-            for i, r in zip(part, parallel(fn, [items[i] for i in part], n_workers=min(n_workers, len(part)), method='spawn', progress=False)):
-                res[i] = r
+        todo = deque(sorted(idx, key=lambda i: -expected.get(_shown(items[i][0]), UNKNOWN_SECONDS)))  # longest first
+        threads = [threading.Thread(target=slot, args=(todo,)) for _ in range(min(n_workers, len(idx)))]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        if errors: raise errors[0]
     return res
 
 def _worker_env():
@@ -608,11 +623,19 @@ def _shoot(args):
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         pg = b.new_page(viewport={'width': width, 'height': 900})
+        # an empty search index: each page would load the 4 MB one and index it in a worker while it is shot (half the time)
+        no_docs = json.dumps({'config': json.loads((site/'search'/'search_index.json').read_text())['config'], 'docs': []})
+        pg.route('**/search/search_index.json', lambda r: r.fulfill(status=200, content_type='application/json', body=no_docs))
+        cdp = pg.context.new_cdp_session(pg)
         for name, f in names:
             pg.goto(f'{url}/{name}')
             try: wait_rendered(pg)
             except Exception as e: print(f'screenshot of {name}: not fully rendered ({type(e).__name__}); taken as it is')
-            pg.screenshot(path=str(f), full_page=True)
+            w, h = pg.evaluate('[document.documentElement.scrollWidth, document.documentElement.scrollHeight]')
+            # playwright's full-page shot, by the DevTools call it makes, with Chromium's faster PNG encoding (a larger file)
+            shot = cdp.send('Page.captureScreenshot', {'format': 'png', 'captureBeyondViewport': True, 'optimizeForSpeed': True,
+                                                       'clip': {'x': 0, 'y': 0, 'width': w, 'height': h, 'scale': 1}})
+            f.write_bytes(base64.b64decode(shot['data']))
             res.append((name, f))
         b.close()
     return res

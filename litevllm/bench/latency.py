@@ -118,8 +118,8 @@ def decode_weight_bytes(hf_config, dtype, gguf_file=None, quantization:str|None=
     "Bytes of weights one decode step reads: every parameter at `dtype` (a GGUF file: as the file stores it; int8_per_channel: each linear weight a byte, plus a scale and a sum per output), the LM head whole, the embedding not (one row a token)."
     import torch
     if gguf_file is not None:
-        import gguf
-        ts = {t.name: int(t.n_bytes) for t in gguf.GGUFReader(str(gguf_file)).tensors}
+        from litevllm.config import read_gguf
+        ts = {t.name: int(t.n_bytes) for t in read_gguf(gguf_file).tensors}
         return sum(ts.values()) - (ts.get("token_embd.weight", 0) if "output.weight" in ts else 0)
     from litevllm.models.llama import LlamaForCausalLM
     with torch.device("meta"): m = LlamaForCausalLM(hf_config)
@@ -159,7 +159,8 @@ def llamacpp_rows(rows:list[dict], dtype, gguf_format:str|None=None, prompt_len:
     ours_prefill = prompt_len / (pre[0]["ttft_ms"] / 1000) if pre else None
     if gguf_file is not None:  # its file type, else (a file that states none) its weights' most common type
         import gguf, collections
-        r = gguf.GGUFReader(str(gguf_file))
+        from litevllm.config import read_gguf
+        r = read_gguf(gguf_file)
         ft = r.fields.get("general.file_type")
         fmt = (gguf.LlamaFileType(ft.contents()).name.removeprefix("MOSTLY_") if ft is not None else
                collections.Counter(t.tensor_type.name for t in r.tensors if t.n_elements >= 1 << 16).most_common(1)[0][0])

@@ -274,11 +274,12 @@ def _llama_server(ns, p:SimpleNamespace) -> list[str]:
     "llama-server on the GGUF file litevllm serves (--model FILE.gguf), else the default model's GGUF of the engine's precision: as many slots as the highest concurrency, each max_model_len long."
     import torch, gguf
     from litevllm.bench.baseline import GGUF_FOR_DTYPE, default_model_gguf, llama_server_argv
+    from litevllm.config import read_gguf
     if ns.model is not None and p.cfg.quantization != "gguf":
         raise ValueError("--baseline llamacpp serves a GGUF file: the default model's (leave --model out) or --model FILE.gguf")
     if ns.client != ["litevllm"]: raise ValueError("--baseline llamacpp: the litevllm client only")
     if p.cfg.quantization == "gguf":
-        file_type = gguf.GGUFReader(str(p.serve_model)).fields["general.file_type"].contents()
+        file_type = read_gguf(p.serve_model).fields["general.file_type"].contents()
         p.gguf_format, path = gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_"), p.serve_model
     else:
         p.gguf_format = ns.gguf_format or GGUF_FOR_DTYPE.get(str(p.cfg.dtype), "F32")

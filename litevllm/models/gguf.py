@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import gguf
 from fastcore.basics import patch
 from gguf import GGMLQuantizationType
+from ..config import read_gguf
 from ..kernels.gguf import (FLOAT_TYPES, block_layout, check_block_type, dequantize, gguf_linear_raw, gguf_rows, load_gguf_kernels,
                                    random_gguf_weight)
 from ..kernels.cpu_decode import DECODE_LINEARS, DecodeLinear
@@ -133,7 +134,7 @@ def unpermute_rows(rows:int, n_head:int) -> torch.Tensor:
 class GGUFCheckpoint:
     "The tensors of a GGUF file by Hugging Face module name, copied into memory as asked for (each asked for once)."
     def __init__(self, path, hf_config):
-        self.path, self.reader = Path(path), gguf.GGUFReader(str(path))
+        self.path, self.reader = Path(path), read_gguf(path)
         self.tensors = {t.name: t for t in self.reader.tensors}
         arch = self.reader.fields["general.architecture"].contents()
         self.names = gguf.get_tensor_name_map({v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[arch], hf_config.num_hidden_layers)
@@ -267,7 +268,7 @@ def save_random_gguf(path, types:dict[str, str]|None=None, hidden_size:int=256, 
     "Write a random-weight `arch` (llama, qwen2: q/k/v biases, qwen3: q/k norms) model as a GGUF file; `types`: llama.cpp tensor name part (attn_q, ffn_down, output, token_embd, ...) -> GGUF type (else `default_type`)."
     from litevllm.config import default_gguf_path
     types, path = types or {}, Path(path)
-    src = gguf.GGUFReader(str(tokenizer_gguf or default_gguf_path()))
+    src = read_gguf(tokenizer_gguf or default_gguf_path())
     tokens = len(src.fields["tokenizer.ggml.tokens"].contents())
     vocab, hd = vocab_size or tokens, head_dim or hidden_size // num_heads
     if vocab < tokens: raise ValueError(f"vocab_size {vocab} is below the tokenizer's {tokens} tokens")
