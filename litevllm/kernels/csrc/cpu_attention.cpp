@@ -66,8 +66,12 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
 
 // @section scores
   for (int k0 = kfirst; k0 < kstop; k0 += BS) {
-    if (k0 + AHEAD * BS < kstop) prefetch_block(kc, vc, table[k0 / BS + AHEAD], Hkv, h, D);
     const int64_t blk = table[k0 / BS];
+    // The block AHEAD blocks on is asked for a line at a time as this one is read (K's lines in the scores' loop, V's in
+    // the products'): a burst of all 128 lines at once waited for the core's few outstanding misses.
+    const int64_t ahead = k0 + AHEAD * BS < kstop ? table[k0 / BS + AHEAD] : -1;
+    const char* nK = ahead < 0 ? nullptr : (const char*)(kc + (ahead * Hkv + h) * D * BS);
+    const char* nV = ahead < 0 ? nullptr : (const char*)(vc + (ahead * Hkv + h) * BS * D);
     const T* Kb = kc + (blk * Hkv + h) * D * BS;  // K transposed: [D][BS]
     const T* Vb = vc + (blk * Hkv + h) * BS * D;  // V: [BS][D]
     // A prefill item's many tiles all read this block: in bfloat16 it is rearranged once, here, not by every tile.
@@ -80,27 +84,33 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
     using KT = std::remove_cv_t<std::remove_pointer_t<decltype(Kb)>>;
     for (int r0 = 0; r0 < Rp; r0 += RT) {
       if (pos[r0 + RT - 1] < k0 || pos[r0] - W + 1 >= k0 + BS) continue;  // no row of the tile sees this block
+      const char* pK = r0 == 0 ? nK : nullptr;  // the first tile asks for the next blocks' lines; the others find them
+      const char* pV = r0 == 0 ? nV : nullptr;
       // partial sums per row and vector of keys: RT * NB * NA >= 8 chains of FMAs in flight, within the registers
       constexpr int NA = VREGS >= 32 ? (RT >= 4 ? 2 : RT == 1 ? 8 : 4) : std::max(1, 8 / (RT * NB));
       vf s[RT][NB], sa[RT][NB][NA];          // scores of the tile's rows for the block's 16 keys, NB vectors each
       for (int t = 0; t < RT; t++) for (int b = 0; b < NB; b++) for (int a = 0; a < NA; a++) sa[t][b][a] = vf{};
       if constexpr (std::is_same<KT, uint32_t>::value) {  // pairs (NB = 1): q's d, d+1 broadcast against 16 keys' d, d+1
 #if defined(__AVX512BF16__)
-        for (int p = 0; p < D / 2; p += NA)
+        for (int p = 0; p < D / 2; p += NA) {
+          if (pK) for (int i = 0; i < int(2 * NA * BS * sizeof(T)); i += 64) __builtin_prefetch(pK + 2 * p * BS * sizeof(T) + i, 0, 1);
           for (int a = 0; a < NA; a++) {
             const __m512bh kp = (__m512bh)_mm512_load_si512(Kb + (p + a) * BS);
             for (int t = 0; t < RT; t++)
               sa[t][0][a] = (vf)_mm512_dpbf16_ps((__m512)sa[t][0][a], kp, (__m512bh)_mm512_set1_epi32(int(Qp[r0 + t][p + a])));
           }
+        }
         for (int t = 0; t < RT; t++) { s[t][0] = sa[t][0][0]; for (int a = 1; a < NA; a++) s[t][0] += sa[t][0][a]; s[t][0] *= scale; }
 #endif
       } else {
-        for (int d = 0; d < D; d += NA)
+        for (int d = 0; d < D; d += NA) {
+          if (pK) for (int i = 0; i < int(NA * BS * sizeof(T)); i += 64) __builtin_prefetch(pK + d * BS * sizeof(T) + i, 0, 1);
           for (int a = 0; a < NA; a++)
             for (int b = 0; b < NB; b++) {
               const vf kd = loadv(Kb + (d + a) * BS + b * VW);
               for (int t = 0; t < RT; t++) sa[t][b][a] += Q[r0 + t][d + a] * kd;
             }
+        }
         for (int t = 0; t < RT; t++) for (int b = 0; b < NB; b++) { s[t][b] = sa[t][b][0]; for (int a = 1; a < NA; a++) s[t][b] += sa[t][b][a]; }
       }
 
@@ -131,6 +141,7 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
           vf a[RT][CC];
           for (int t = 0; t < RT; t++) for (int c = 0; c < CC; c++) a[t][c] = acc[r0 + t][c0 + c] * corr[t];
           for (int j = 0; j < BS; j++) {
+            if (pV && c0 == 0) for (int i = 0; i < int(D * sizeof(T)); i += 64) __builtin_prefetch(pV + j * D * sizeof(T) + i, 0, 1);
             vf v[CC];
             for (int c = 0; c < CC; c++) v[c] = loadv(Vb + j * D + (c0 + c) * VW);
             for (int t = 0; t < RT; t++) for (int c = 0; c < CC; c++) a[t][c] += pj[t][j] * v[c];
@@ -142,6 +153,7 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
           vf a[RT];
           for (int t = 0; t < RT; t++) a[t] = acc[r0 + t][c] * corr[t];
           for (int j = 0; j < BS; j++) {
+            if (pV && c == 0) for (int i = 0; i < int(D * sizeof(T)); i += 64) __builtin_prefetch(pV + j * D * sizeof(T) + i, 0, 1);
             const vf v = loadv(Vb + j * D + c * VW);
             for (int t = 0; t < RT; t++) a[t] += pj[t][j] * v;
           }
