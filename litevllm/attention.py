@@ -95,9 +95,11 @@ def kv_prefault():
 
 def zeros_mapped(shape, dtype:torch.dtype, populate:bool=False) -> torch.Tensor:
     "A CPU tensor of zeros in an anonymous memory map, given back when the tensor dies; memory is taken when touched, or all at once if `populate`."
-    n = math.prod(shape)
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)  # MAP_POPULATE: Linux
-    return torch.frombuffer(mmap.mmap(-1, max(n * dtype.itemsize, 1), flags=flags), dtype=dtype, count=n).view(shape)
+    n, nbytes = math.prod(shape), max(math.prod(shape) * dtype.itemsize, 1)
+    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"): m.madvise(mmap.MADV_HUGEPAGE)  # Linux: 2 MiB pages where the system gives them
+    if populate: np.frombuffer(m, dtype=np.uint8)[::mmap.PAGESIZE] = 0  # a byte of every page written: all of it taken now
+    return torch.frombuffer(m, dtype=dtype, count=n).view(shape)
 
 def allocate_kv_caches(hf_config, num_blocks:int, block_size:int, dtype, device,
                        backend:str="torch", populate:bool|None=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
