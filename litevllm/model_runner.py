@@ -7,7 +7,7 @@ Docs: https://litevllm.github.io/litevllm/model_runner.html.md"""
 # %% ../nbs/09_model_runner.ipynb #17db82fb
 from __future__ import annotations
 from dataclasses import dataclass, field
-import time
+import os, platform, time
 import numpy as np, torch
 from .config import VllmConfig, load_general_plugins
 from fastcore.basics import patch
@@ -15,14 +15,14 @@ from .platforms import cdiv
 from .models.llama import get_model
 from .distributed import GroupCoordinator
 import copy
-from .attention import kv_cache_bytes_per_block, determine_num_blocks, kv_cache_dtype, allocate_kv_caches, build_attention_metadata, get_attention_backend, AttentionMetadata
+from .attention import kv_cache_bytes_per_block, determine_num_blocks, kv_cache_dtype, allocate_kv_caches, build_attention_metadata, get_attention_backend, AttentionMetadata, PREFAULT_ENV
 from .sampler import Sampler, make_sampling_metadata, gather_logprobs, LogprobsTensors
 from .scheduler import SchedulerOutput
 
 
 # %% auto #0
 __all__ = ['EMPTY_MODEL_RUNNER_OUTPUT', 'CachedRequestState', 'ModelRunnerOutput', 'ModelRunner', 'keep_freed_memory',
-           'InputBatch', 'logprobs_to_cpu', 'default_capture_sizes', 'padded_batch_size']
+           'weights_on_huge_pages', 'InputBatch', 'logprobs_to_cpu', 'default_capture_sizes', 'padded_batch_size']
 
 # %% ../nbs/09_model_runner.ipynb #1560f5e7
 @dataclass
@@ -65,6 +65,7 @@ class ModelRunner:
         if c.device.type == "cpu": keep_freed_memory()  # no page faults on every large activation (below)
         self.tp = tp or GroupCoordinator()
         self.model = get_model(c, self.tp)  # this rank's shard
+        if c.device.type == "cpu" and os.environ.get(PREFAULT_ENV) == "1": weights_on_huge_pages(self.model)  # serve, bench (below)
         self._init_lora()  # Part II: adapters' slots around the model's linears
         self.vocab_size = c.hf_config.vocab_size
         self._init_kv_cache()  # how many blocks, their tensors, the attention backend (below; Part II: per KV cache group)
@@ -124,6 +125,28 @@ def keep_freed_memory(threshold:int=1 << 30) -> bool:
     if mallopt is None: return False
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
     return bool(mallopt(M_MMAP_THRESHOLD, threshold)) and bool(mallopt(M_TRIM_THRESHOLD, threshold))
+
+# %% ../nbs/09_model_runner.ipynb #925b6d0a
+def weights_on_huge_pages(model:torch.nn.Module, min_bytes:int=4 << 20, min_total:int=1 << 30) -> int:
+    "Move each CPU weight of `model` of at least `min_bytes` (oneDNN's packed ones too) onto 2 MiB pages, if they add up to `min_total`; the bytes Linux moved."
+    import ctypes, ctypes.util
+    MADV_COLLAPSE, HP = 25, 2 << 20  # linux/mman.h
+    try: libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError: return 0
+    if platform.system() != "Linux" or not hasattr(libc, "madvise"): return 0
+    libc.madvise.argtypes, spans = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], {}
+    for m in model.modules():
+        for t in [*m._parameters.values(), *m._buffers.values(), *(v for v in vars(m).values() if isinstance(v, torch.Tensor))]:
+            if t is None or t.device.type != "cpu": continue
+            if t.is_mkldnn: spans[torch.ops.mkldnn.data_ptr(t)] = torch.ops.mkldnn._nbytes(t)
+            elif t.layout == torch.strided and t.numel(): spans[t.data_ptr()] = t.numel() * t.element_size()
+    spans = {p: n for p, n in spans.items() if n >= min_bytes}
+    if sum(spans.values()) < min_total: return 0  # a small model: not worth its start-up time
+    moved = 0
+    for ptr, n in spans.items():
+        start, end = -(-ptr // HP) * HP, (ptr + n) // HP * HP  # the whole 2 MiB pages inside it
+        if end > start and libc.madvise(start, end - start, MADV_COLLAPSE) == 0: moved += end - start
+    return moved
 
 # %% ../nbs/09_model_runner.ipynb #313032eb
 from fastcore.basics import patch
