@@ -27,7 +27,9 @@
    search is mkdocs-material's offline index.
 4. Every page is opened in headless Chromium (Debian's /usr/bin/chromium, offline) at 1400 px and screenshot whole into
    `OUT/_screenshots/` (`scheduler.png`, `kernels__paged_attention.png`): the book as a reader sees it, to look at page
-   by page. Cached in `.cache/docs/screens/` by page content; `--no-screenshots` skips them.
+   by page, and beside each (`scheduler.json`) what tests/test_docs.py checks of the rendered page (`SEEN_JS`: images'
+   widths, stderr boxes, code wider than its box). Cached in `.cache/docs/screens/` by page content; `--no-screenshots`
+   skips them.
 
 Figures: every PNG matplotlib writes while the build executes a notebook carries the size of its smallest text
 (`record_text_sizes`), so that the docs test can find labels a page shrinks below readable. Streams: progress bars are
@@ -615,8 +617,29 @@ def _shot_key(site, name, width):
         if img.is_file(): h.update(img.read_bytes())
     return h.hexdigest()[:32]
 
+# What a test can check of a rendered page without a person (tests/test_docs.py's `seen`), read while its screenshot is
+# taken and kept beside it (`name.json`): each image's source, natural and shown width (a step-through's hidden frames as
+# they show when chosen), its step-through; stderr boxes and whether the cell is marked as showing an error; code lines
+# wider than their box.
+SEEN_JS = """() => {
+  const art = document.querySelector('article'), res = {images: [], stderr: []};
+  for (const img of art.querySelectorAll('img')) {
+    const hidden = img.style.display === 'none';
+    if (hidden) img.style.display = '';
+    const st = img.closest('.step-through');
+    res.images.push({src: img.getAttribute('src'), natural: img.complete ? img.naturalWidth : 0,
+                     shown: img.getBoundingClientRect().width, group: st ? st.id : null});
+    if (hidden) img.style.display = 'none';
+  }
+  for (const e of art.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]'))
+    res.stderr.push({text: e.innerText.slice(0, 300), marked: !!e.closest('.celltag_shows_error')});
+  res.pre = [...art.querySelectorAll('pre')].filter(p => p.scrollWidth > p.clientWidth + 1)
+    .map(p => p.innerText.split('\\n').reduce((a, b) => b.length > a.length ? b : a, ''));
+  return res;
+}"""
+
 def _shoot(args):
-    "Screenshots of some pages in one browser (a worker of `screenshots`): [(name, PNG path)]."
+    "Screenshots of some pages in one browser (a worker of `screenshots`), each with what `SEEN_JS` reads of it beside it: [(name, PNG path)]."
     site, url, names, out, width = args
     from playwright.sync_api import sync_playwright
     res = []
@@ -636,6 +659,7 @@ def _shoot(args):
             shot = cdp.send('Page.captureScreenshot', {'format': 'png', 'captureBeyondViewport': True, 'optimizeForSpeed': True,
                                                        'clip': {'x': 0, 'y': 0, 'width': w, 'height': h, 'scale': 1}})
             f.write_bytes(base64.b64decode(shot['data']))
+            f.with_suffix('.json').write_text(json.dumps(pg.evaluate(SEEN_JS)))
             res.append((name, f))
         b.close()
     return res
@@ -655,18 +679,19 @@ def screenshots(site, out=None, width=SCREEN_WIDTH, pages=None, n_workers=2, use
     todo, res = [], []
     for name in pages or site_pages(site):
         f, key = out/(name.removesuffix('.html').replace('/', '__') + '.png'), _shot_key(site, name, width)
-        if use_cache and (cache/f'{key}.png').exists(): shutil.copy(cache/f'{key}.png', f)
+        if use_cache and (cache/f'{key}.png').exists() and (cache/f'{key}.json').exists():
+            shutil.copy(cache/f'{key}.png', f); shutil.copy(cache/f'{key}.json', f.with_suffix('.json'))
         else: todo.append((name, f, key))
         res.append(f)
     if todo:
         with serve_site(site) as url, ThreadPoolExecutor(n_workers) as ex:  # a browser per thread: playwright's sync API is per thread
             shards = [[(n, f) for n, f, _ in todo[i::n_workers]] for i in range(n_workers)]
             list(ex.map(_shoot, [(site, url, s, out, width) for s in shards if s]))
-        for _, f, key in todo: shutil.copy(f, cache/f'{key}.png')
+        for _, f, key in todo: shutil.copy(f, cache/f'{key}.png'); shutil.copy(f.with_suffix('.json'), cache/f'{key}.json')
     if use_cache:  # keep only this site's screenshots
-        keep = {f'{_shot_key(site, n, width)}.png' for n in (pages or site_pages(site))}
-        for f in cache.glob('*.png'):
-            if f.name not in keep and not pages: f.unlink()
+        keep = {_shot_key(site, n, width) for n in (pages or site_pages(site))}
+        for f in [*cache.glob('*.png'), *cache.glob('*.json')]:
+            if f.stem not in keep and not pages: f.unlink()
     if not quiet: print(f'{len(res)} screenshots ({width} px wide, {len(todo)} new) in {out} in {time.time() - t0:.1f}s')
     return res
 
