@@ -67,7 +67,12 @@ def forward_native(self:GGUFLinear, x):  # (rows, in) -> (rows, out)
     return F.linear(x, w, None if self.bias is None else self.bias.to(x.dtype))
 
 # %% ../../nbs/29_gguf.ipynb #443ec03d
-GGUF_KERNEL_ROWS = 128  # up to this many rows: the C++ kernel; more: decoded once, then oneDNN
+GGUF_KERNEL_ROWS = {torch.float32: 192, torch.bfloat16: 24}  # up to this many rows: the C++ kernel; more: decoded once, then oneDNN
+
+def _kernel_rows(dtype) -> int:
+    if dtype == torch.bfloat16 and not onednn_linear_available(dtype): return 128  # bf16 matmuls emulated: the kernel further
+    return GGUF_KERNEL_ROWS.get(dtype, 128)
+
 _SCRATCH = {}
 
 def _decode_scratch(n:int, dtype) -> torch.Tensor:
@@ -78,7 +83,7 @@ def _decode_scratch(n:int, dtype) -> torch.Tensor:
 
 @patch
 def forward_cpu(self:GGUFLinear, x):
-    if x.shape[0] > GGUF_KERNEL_ROWS:
+    if x.shape[0] > _kernel_rows(x.dtype):
         w = _decode_scratch(self.out_features * self.in_features, x.dtype).view(self.out_features, self.in_features)
         for qt, start, n, data in self.part_data():  # each part decoded into its rows of one reused buffer
             if qt in FLOAT_TYPES: w[start:start + n] = data
