@@ -95,8 +95,8 @@ def kv_prefault():
 
 def zeros_mapped(shape, dtype:torch.dtype, populate:bool=False) -> torch.Tensor:
     "A CPU tensor of zeros in an anonymous memory map, given back when the tensor dies; memory is taken when touched, or all at once if `populate`."
-    n, nbytes = math.prod(shape), max(math.prod(shape) * dtype.itemsize, 1)
-    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    n = math.prod(shape)
+    m = mmap.mmap(-1, max(n * dtype.itemsize, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_HUGEPAGE"): m.madvise(mmap.MADV_HUGEPAGE)  # Linux: 2 MiB pages where the system gives them
     if populate: np.frombuffer(m, dtype=np.uint8)[::mmap.PAGESIZE] = 0  # a byte of every page written: all of it taken now
     return torch.frombuffer(m, dtype=dtype, count=n).view(shape)

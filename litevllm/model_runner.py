@@ -116,12 +116,15 @@ def _start_kv_transfer(self:ModelRunner, so): "Part II (KV connector): start loa
 def _finish_kv_transfer(self:ModelRunner, so, out:ModelRunnerOutput) -> ModelRunnerOutput: "Part II (KV connector): saves done; `out` with the connector's news."; return out
 
 # %% ../nbs/09_model_runner.ipynb #d4e1a901
+def _libc():
+    "The C library, for the memory calls below; None where it cannot be loaded."
+    import ctypes, ctypes.util
+    try: return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError: return None
+
 def keep_freed_memory(threshold:int=1 << 30) -> bool:
     "Ask glibc's malloc to serve blocks up to `threshold` bytes from its heap and keep freed memory; False without glibc."
-    import ctypes, ctypes.util
-    try: libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError: return False
-    mallopt = getattr(libc, "mallopt", None)
+    mallopt = getattr(_libc(), "mallopt", None)
     if mallopt is None: return False
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
     return bool(mallopt(M_MMAP_THRESHOLD, threshold)) and bool(mallopt(M_TRIM_THRESHOLD, threshold))
@@ -129,10 +132,9 @@ def keep_freed_memory(threshold:int=1 << 30) -> bool:
 # %% ../nbs/09_model_runner.ipynb #925b6d0a
 def weights_on_huge_pages(model:torch.nn.Module, min_bytes:int=4 << 20, min_total:int=1 << 30) -> int:
     "Move each CPU weight of `model` of at least `min_bytes` (oneDNN's packed ones too) onto 2 MiB pages, if they add up to `min_total`; the bytes Linux moved."
-    import ctypes, ctypes.util
+    import ctypes
     MADV_COLLAPSE, HP = 25, 2 << 20  # linux/mman.h
-    try: libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError: return 0
+    libc = _libc()
     if platform.system() != "Linux" or not hasattr(libc, "madvise"): return 0
     libc.madvise.argtypes, spans = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], {}
     for m in model.modules():

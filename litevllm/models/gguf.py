@@ -7,6 +7,7 @@ Docs: https://litevllm.github.io/litevllm/gguf.html.md"""
 # %% ../../nbs/29_gguf.ipynb #414bb22e
 from __future__ import annotations
 from pathlib import Path
+import functools
 import numpy as np
 import torch
 from torch import nn
@@ -69,6 +70,7 @@ def forward_native(self:GGUFLinear, x):  # (rows, in) -> (rows, out)
 # %% ../../nbs/29_gguf.ipynb #443ec03d
 GGUF_KERNEL_ROWS = {torch.float32: 192, torch.bfloat16: 24}  # up to this many rows: the C++ kernel; more: decoded once, then oneDNN
 
+@functools.cache  # per layer per step: asked once per dtype
 def _kernel_rows(dtype) -> int:
     if dtype == torch.bfloat16 and not onednn_linear_available(dtype): return 128  # bf16 matmuls emulated: the kernel further
     return GGUF_KERNEL_ROWS.get(dtype, 128)
