@@ -6,11 +6,13 @@
 from __future__ import annotations
 import ctypes
 import torch
+from ..platforms import cpu_info
 from .cpu_attention import build_cpu_library
 
 # %% auto #0
 __all__ = ['FEW_ROWS', 'load_cpu_ops', 'rms_norm', 'fused_add_rms_norm', 'rotary_', 'silu_and_mul', 'gelu_tanh_and_mul',
-           'linear_few_rows', 'packed_block_width', 'pack_bf16_weight', 'linear_few_rows_bf16_weight']
+           'linear_few_rows', 'kernel_max_rows', 'packed_block_width', 'pack_bf16_weight',
+           'linear_few_rows_bf16_weight']
 
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #aace9ed7
 def load_cpu_ops() -> ctypes.CDLL|None:
@@ -69,7 +71,7 @@ def gelu_tanh_and_mul(x:torch.Tensor) -> torch.Tensor:
     return _act_and_mul("litevllm_gelu_tanh_and_mul", x)
 
 # %% ../../kernels_nbs/03_cpu_layer_ops.ipynb #58941236
-FEW_ROWS = 64  # at most this many rows go to `linear_few_rows`; oneDNN's GEMM takes more (prefill)
+FEW_ROWS = 64  # rows up to which a step is a decode step: one C++ call for every layer (06_cpu_decode_step)
 
 def linear_few_rows(x:torch.Tensor, packed:torch.Tensor, bias:torch.Tensor|None=None, block:int=64) -> torch.Tensor:
     "x (rows, in) times a oneDNN-packed weight (`torch.ops.mkldnn._reorder_linear_weight`, blocks of `block` outputs), plus `bias`."
@@ -84,6 +86,10 @@ def linear_few_rows(x:torch.Tensor, packed:torch.Tensor, bias:torch.Tensor|None=
     if rc: raise ValueError(f"not a packed layout linear_few_rows reads (float32, or bfloat16 with AVX512-BF16 in blocks of 64; "
                             f"out_features {out_features} a multiple of the block, {block})")
     return y
+
+def kernel_max_rows(dtype:torch.dtype) -> int|None:
+    "Rows up to which `PackedLinear` runs `linear_few_rows` (None: any): a CPU with AMX leaves a bfloat16 prefill to oneDNN's tiles."
+    return FEW_ROWS if dtype == torch.bfloat16 and cpu_info().isa == "amx" else None
 
 def packed_block_width(packed:torch.Tensor, bias:torch.Tensor|None=None) -> int|None:
     "The block width with which `linear_few_rows` computes what oneDNN computes from `packed` (checked on 3 random rows); None: none does."

@@ -237,14 +237,17 @@ class PackedLinear(CustomOp):
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), batch_size_hint)  # opaque oneDNN tensor
         self.bias = linear.bias
         self.block = None  # oneDNN's block width, once forward_cpu is chosen: what linear_few_rows reads
+        self.max_rows = None  # rows up to which linear_few_rows runs (None: any; see kernel_max_rows)
     def forward_native(self, x):  # (rows, in) -> (rows, out)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
     def forward_cpu(self, x):
-        if x.dim() == 2 and x.shape[0] <= cpu_ops.FEW_ROWS: return cpu_ops.linear_few_rows(x, self.packed, self.bias, self.block)
+        if x.dim() == 2 and (self.max_rows is None or x.shape[0] <= self.max_rows):
+            return cpu_ops.linear_few_rows(x, self.packed, self.bias, self.block)
         return self.forward_native(x)
     def dispatch_forward(self, platform, dtype):
         f = super().dispatch_forward(platform, dtype)
         self.block = cpu_ops.packed_block_width(self.packed, self.bias) if f == self.forward_cpu else None
+        self.max_rows = cpu_ops.kernel_max_rows(self.packed.dtype)
         return f if self.block else self.forward_native
     def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 

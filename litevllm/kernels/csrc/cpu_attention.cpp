@@ -105,9 +105,12 @@ static void attend_item(const T* q, int64_t qs, const T* kc, const T* vc, T* out
       } else {
         for (int d = 0; d < D; d += NA) {
           if (pK) for (int i = 0; i < int(NA * BS * sizeof(T)); i += 64) __builtin_prefetch(pK + d * BS * sizeof(T) + i, 0, 1);
+#pragma GCC unroll 8
           for (int a = 0; a < NA; a++)
+#pragma GCC unroll 4
             for (int b = 0; b < NB; b++) {
               const vf kd = loadv(Kb + (d + a) * BS + b * VW);
+#pragma GCC unroll 4
               for (int t = 0; t < RT; t++) sa[t][b][a] += Q[r0 + t][d + a] * kd;
             }
         }
