@@ -229,7 +229,7 @@ def onednn_linear_available(dtype:torch.dtype) -> bool:
     return dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 class PackedLinear(CustomOp):
-    "An `nn.Linear` run by oneDNN, its weight reordered once into oneDNN's blocked layout (CPU; float32 or bfloat16)."
+    "An `nn.Linear` whose weight oneDNN reorders once into its blocked layout (CPU; float32 or bfloat16): oneDNN runs it, or `linear_few_rows` reads it in place."
     def __init__(self, linear:nn.Linear,
                  batch_size_hint:int=32):  # rows oneDNN tunes the layout for (a decode batch)
         super().__init__()
