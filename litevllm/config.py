@@ -6,7 +6,7 @@ Docs: https://litevllm.github.io/litevllm/config.html.md"""
 
 # %% ../nbs/00b_config.ipynb #0bad6d9e
 from __future__ import annotations
-import os, json, functools, hashlib, shutil, tempfile, importlib.metadata
+import os, json, contextlib, functools, hashlib, shutil, tempfile, importlib.metadata
 from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 import torch
@@ -22,9 +22,9 @@ logger = logging.getLogger("litevllm")
 # %% auto #0
 __all__ = ['logger', 'DEFAULT_MODEL_NAME', 'DEFAULT_MODEL_ENV', 'KV_ROLES', 'KV_PRODUCERS', 'KV_CONSUMERS',
            'SLIDING_WINDOW_SUPPORT', 'MULTIMODAL_TEXT_MODELS', 'PLUGIN_GROUP', 'EngineArgs', 'default_gguf_path',
-           'convert_gguf_to_hf', 'read_gguf', 'is_gguf_file', 'gguf_model_folder', 'default_model_path',
-           'resolve_model', 'ParallelConfig', 'SpeculativeConfig', 'KVTransferConfig', 'VllmConfig',
-           'layer_sliding_windows', 'check_no_sliding_window', 'check_quantization', 'text_model_config',
+           'convert_gguf_to_hf', 'read_gguf', 'fast_gguf_reader', 'is_gguf_file', 'gguf_model_folder',
+           'default_model_path', 'resolve_model', 'ParallelConfig', 'SpeculativeConfig', 'KVTransferConfig',
+           'VllmConfig', 'layer_sliding_windows', 'check_no_sliding_window', 'check_quantization', 'text_model_config',
            'get_head_size', 'cpu_attention_unsupported', 'resolve_attention_backend', 'load_general_plugins']
 
 # %% ../nbs/00b_config.ipynb #bb528d3b
@@ -139,8 +139,9 @@ def convert_gguf_to_hf(gguf_path:Path, out_dir:Path):
     "Dequantize a GGUF model with transformers and save it as a float32 Hugging Face folder."
     from transformers import AutoTokenizer, AutoModelForCausalLM
     src, name = str(Path(gguf_path).parent), Path(gguf_path).name
-    tok = AutoTokenizer.from_pretrained(src, gguf_file=name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(src, gguf_file=name, dtype=torch.float32)
+    with fast_gguf_reader():  # gguf's reader, parsing 3-4x sooner (below)
+        tok = AutoTokenizer.from_pretrained(src, gguf_file=name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(src, gguf_file=name, dtype=torch.float32)
     # transformers refuses to save a model loaded from GGUF: rebuild it from its config without the quantization note
     config = gguf_model.config
     if hasattr(config, "quantization_config"): del config.quantization_config
@@ -166,6 +167,14 @@ def read_gguf(path) -> "gguf.GGUFReader":
     "A `gguf.GGUFReader` of the file at `path` (its fields and tensors), parsed 3-4x sooner."
     return _gguf_reader_class()(str(path))
 
+@contextlib.contextmanager
+def fast_gguf_reader():
+    "While inside: transformers' GGUF loading (it looks up `gguf.GGUFReader` each call) parses with `read_gguf`'s reader."
+    import gguf
+    stock, gguf.GGUFReader = gguf.GGUFReader, _gguf_reader_class()
+    try: yield
+    finally: gguf.GGUFReader = stock
+
 # %% ../nbs/00b_config.ipynb #da00f8ba
 _GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
@@ -184,7 +193,7 @@ def gguf_model_folder(gguf_path:Path) -> Path:
     key = hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
     out = cache_dir()/"gguf-configs"/f"{p.stem}-{key}"
     if (out/"config.json").exists(): return out
-    config = AutoConfig.from_pretrained(str(p.parent), gguf_file=p.name)
+    with fast_gguf_reader(): config = AutoConfig.from_pretrained(str(p.parent), gguf_file=p.name)
     if config.model_type not in _GGUF_ARCHITECTURES:
         raise ValueError(f"model: GGUF architecture {config.model_type!r} is not supported (supported: {sorted(_GGUF_ARCHITECTURES)})")
     config.architectures = [_GGUF_ARCHITECTURES[config.model_type]]
@@ -211,7 +220,7 @@ def _gguf_tokenizer_folder(p:Path, fields) -> Path:
     if (out/"tokenizer_config.json").exists(): return out
     tmp = Path(tempfile.mkdtemp(dir=_mkdir(out.parent), prefix=".tmp-"))
     try:
-        AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name).save_pretrained(tmp)
+        with fast_gguf_reader(): AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name).save_pretrained(tmp)
         try: tmp.rename(out)
         except OSError: pass
     finally: shutil.rmtree(tmp, ignore_errors=True)
