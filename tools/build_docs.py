@@ -24,7 +24,9 @@
    `metadata.execution`) stripped, links between notebooks and nbdev's doc links made local.
 3. mkdocs builds the site (`mkdocs.yml` is written here, with a nav of the notebooks found). Nothing loads from outside:
    no Google fonts, mermaid and MathJax come from `docs_assets/`, nbconvert's CDN macros are replaced by empty ones,
-   search is mkdocs-material's offline index.
+   search is mkdocs-material's offline index. Each notebook's page (nbconvert's HTML, mkdocs-jupyter's work) is rendered
+   first in 2 processes into mkdocs-jupyter's own cache (`.cache/docs/pages/`, its key: the page's notebook and options),
+   where mkdocs finds it: a build without that cache 37 -> 28 s, with it 10 s (Zen 5, 2026-11-29).
 4. Every page is opened in headless Chromium (Debian's /usr/bin/chromium, offline) at 1400 px and screenshot whole into
    `OUT/_screenshots/` (`scheduler.png`, `kernels__paged_attention.png`): the book as a reader sees it, to look at page
    by page, and beside each (`scheduler.json`) what tests/test_docs.py checks of the rendered page (`SEEN_JS`: images'
@@ -432,7 +434,7 @@ EMPTY_MACROS = {  # nbconvert's templates load these from CDNs; our pages get th
     'base/mathjax.html.j2': '{%- macro mathjax(url="") -%}{%- endmacro %}\n',
 }
 
-def mkdocs_config(site_dir, docs_dir, nav, cfg):
+def mkdocs_config(site_dir, docs_dir, nav, cfg, jupyter_cache):
     return {
         'site_name': cfg.get('title', 'litevllm'),
         'site_description': cfg.get('description', ''),
@@ -442,7 +444,7 @@ def mkdocs_config(site_dir, docs_dir, nav, cfg):
                   'features': ['navigation.sections', 'navigation.top', 'search.highlight', 'content.code.copy'],
                   'palette': {'primary': 'indigo'}},
         'plugins': [{'search': {'lang': 'en'}},
-                    {'mkdocs-jupyter': {'include': ['*.ipynb'], 'execute': False, 'cache': False,
+                    {'mkdocs-jupyter': {'include': ['*.ipynb'], 'execute': False, 'cache': True, 'cache_dir': str(jupyter_cache),
                                         'include_requirejs': False, 'ignore_h1_titles': False, 'toc_depth': 3, 'no_prompt': True,
                                         'remove_tag_config': {'remove_input_tags': ['remove_input']}}}],
         'markdown_extensions': [{'pymdownx.superfences': {'custom_fences': [
@@ -451,6 +453,54 @@ def mkdocs_config(site_dir, docs_dir, nav, cfg):
         'extra_javascript': ['assets/mathjax-config.js', 'assets/tex-svg-full.js', 'assets/mermaid.min.js'],
         'nav': nav,
     }
+
+def jupyter_cache_dir(work:Path, use_cache=True) -> Path:
+    """Where mkdocs-jupyter keeps each page's HTML, keyed by the notebook's bytes and its options: `.cache/docs/pages/`, in a
+    folder named by this script and the converting libraries' versions (their templates are not in mkdocs-jupyter's key);
+    without the cache, in `work`."""
+    if not use_cache: return work/'pages'
+    import importlib.metadata as md
+    h = hashlib.sha256(Path(__file__).resolve().read_bytes() + repr([md.version(d) for d in ('mkdocs-jupyter', 'nbconvert', 'mistune')]).encode())
+    d = CACHE/'pages'/h.hexdigest()[:16]
+    if d.parent.is_dir():
+        for old in d.parent.iterdir():
+            if old != d: shutil.rmtree(old, ignore_errors=True)
+    return d
+
+def _jupyter_page(args):
+    "A worker of `prefill_pages`: one notebook's page as mkdocs-jupyter's plugin renders it (`new_render`), into its cache file."
+    nb, cache_path, c, env = args
+    os.environ.update(env)  # JUPYTER_PATH: our empty CDN macros, as the mkdocs process sees them
+    from mkdocs_jupyter import convert
+    from mkdocs_jupyter.plugin import _get_nb_toc_tokens
+    body = convert.nb2html(nb, execute=False, kernel_name=c['kernel_name'], theme=c['theme'], allow_errors=c['allow_errors'],
+                           show_input=c['show_input'], no_input=c['no_input'], no_prompt=c['no_prompt'],
+                           remove_tag_config=c['remove_tag_config'], highlight_extra_classes=c['highlight_extra_classes'],
+                           include_requirejs=c['include_requirejs'], custom_mathjax_url=c['custom_mathjax_url'])
+    toc_tokens, title = _get_nb_toc_tokens(nb, c['toc_depth'])
+    tmp = Path(cache_path).with_suffix('.tmp')
+    tmp.write_text(json.dumps({'content': body, 'toc_tokens': toc_tokens, 'title': title}), encoding='utf-8')
+    tmp.rename(cache_path)
+
+def prefill_pages(config_file:Path, env:dict, n_workers=2) -> int:
+    """Render the notebooks' pages mkdocs-jupyter's cache lacks, `n_workers` at a time, before mkdocs runs: mkdocs renders
+    page after page in one process (nbconvert, then BeautifulSoup: ~70% of its build), and finds each here instead. The
+    cache file and its key are the plugin's own (`_compute_cache_key`, from its options as mkdocs resolves them). Returns
+    how many were rendered."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from mkdocs.config import load_config
+    from mkdocs_jupyter.plugin import _compute_cache_key, _get_cache_path
+    cfg = load_config(str(config_file))
+    pc = cfg.plugins['mkdocs-jupyter'].config
+    c = {k: pc[k] for k in ('kernel_name', 'theme', 'allow_errors', 'show_input', 'no_input', 'no_prompt', 'remove_tag_config',
+                            'highlight_extra_classes', 'include_requirejs', 'custom_mathjax_url', 'toc_depth')}
+    Path(pc['cache_dir']).mkdir(parents=True, exist_ok=True)
+    todo = [(str(nb), str(cp), c, env) for nb in sorted(Path(cfg.docs_dir).glob('**/*.ipynb'))
+            if not (cp := _get_cache_path(pc['cache_dir'], _compute_cache_key(str(nb), pc, pc['execute']))).exists()]
+    if todo:
+        with ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context('spawn')) as ex: list(ex.map(_jupyter_page, todo))
+    return len(todo)
 
 def write_yaml(d, path):
     import yaml
@@ -565,9 +615,12 @@ def build(out: Path, work: Path = ROOT/'_mkdocs', show_source=True, n_workers=2,
     for name, txt in EMPTY_MACROS.items():
         (tpl/name).parent.mkdir(parents=True, exist_ok=True)
         (tpl/name).write_text(txt)
-    write_yaml(mkdocs_config(out.resolve(), docs, nav, cfg), work/'mkdocs.yml')
+    write_yaml(mkdocs_config(out.resolve(), docs, nav, cfg, jupyter_cache_dir(work, use_cache)), work/'mkdocs.yml')
     # JUPYTER_PATH comes first in nbconvert's template search: our empty macros shadow the CDN ones
-    env = dict(os.environ, NO_MKDOCS_2_WARNING='1', JUPYTER_PATH=os.pathsep.join(filter(None, [str(work/'jupyter'), os.environ.get('JUPYTER_PATH')])))
+    jp = {'NO_MKDOCS_2_WARNING': '1', 'JUPYTER_PATH': os.pathsep.join(filter(None, [str(work/'jupyter'), os.environ.get('JUPYTER_PATH')]))}
+    env = dict(os.environ, **jp)
+    rendered = prefill_pages(work/'mkdocs.yml', jp, n_workers)
+    if not quiet: print(f'rendered {rendered} of {len(nbs)} pages ({len(nbs) - rendered} from {os.path.relpath(CACHE/"pages", ROOT)}/)')
     mkdocs = [sys.executable, '-m', 'mkdocs', 'build', '--clean', '--quiet', '-f', str(work/'mkdocs.yml')]
     subprocess.run(mkdocs, check=True, env=env, cwd=work)
     if not quiet: print(f'built {len(nbs)} notebooks into {out} in {time.time() - t0:.1f}s')
