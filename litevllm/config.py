@@ -213,7 +213,7 @@ def gguf_model_folder(gguf_path:Path) -> Path:
 
 # %% ../nbs/00b_config.ipynb #2184de09
 def _gguf_tokenizer_folder(p:Path, fields) -> Path:
-    "The tokenizer a GGUF file carries, converted by transformers once per distinct tokenizer (~7 s for 49k tokens) and cached."
+    "The tokenizer a GGUF file carries, converted by transformers once per distinct tokenizer (~1 s for 49k tokens) and cached."
     from transformers import AutoTokenizer
     key = hashlib.sha256(repr([(k, fields[k].contents()) for k in sorted(fields) if k.startswith("tokenizer.")]).encode()).hexdigest()[:16]
     out = cache_dir()/"gguf-tokenizers"/key
