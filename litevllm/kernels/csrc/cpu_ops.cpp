@@ -226,9 +226,42 @@ static void for_tiles(const W* w, int64_t M, int K, int N, int NB, int SW, Tile 
   }
 }
 
+// @section one-row
+// One row of x (one user's decode step) has no second tile to hide the memory behind: the kernel only streams W. A
+// core that reads one stream front to back keeps too few cache lines in flight to use the memory's bandwidth (03 has
+// the figures), so each thread reads two blocks at once, block i and block i + half, their sums side by side in
+// registers: the same multiply-adds in the same order as one tile's, so the same outputs.
+template <typename Pair>
+static void for_block_pairs(int blocks, Pair pair) {  // pair(b0, b1): b1 < 0 when the count is odd and b0 has no partner
+  const int half = (blocks + 1) / 2;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < half; i++) pair(i, i + half < blocks ? i + half : -1);
+}
+template <int NV, typename W>  // x's one row against the NV * VW outputs of a slice of two blocks (w0, w1: their weight for input 0)
+static inline void row_x_two_slices(const float* x, const W* w0, const W* w1, int NB, int K, const float* b0, const float* b1,
+                                    float* y0, float* y1) {
+  vf a[NV], c[NV];
+  for (int v = 0; v < NV; v++) a[v] = c[v] = vf{};
+  for (int k = 0; k < K; k++) {
+    const float xk = x[k];
+    for (int v = 0; v < NV; v++) { a[v] += xk * loadv(w0 + int64_t(k) * NB + v * VW); c[v] += xk * loadv(w1 + int64_t(k) * NB + v * VW); }
+  }
+  for (int v = 0; v < NV; v++) {
+    storev(b0 ? a[v] + loadv(b0 + VW * v) : a[v], y0 + VW * v);
+    if (y1) storev(b1 ? c[v] + loadv(b1 + VW * v) : c[v], y1 + VW * v);
+  }
+}
+
 // @section linear-f32
 template <int NV, typename W>  // W: float, or bfloat16 weights in the same layout (half the bytes, float32 arithmetic)
 static void linear_few_rows_f32(const float* x, int64_t xs, const W* w, const float* bias, float* y, int64_t M, int K, int N, int NB) {
+  if (M == 1) return for_block_pairs(N / NB, [&](int b0, int b1) {  // one row: two blocks a thread at once (`one-row`)
+    for (int s = 0; s < NB; s += NV * VW) {
+      const int c = b1 < 0 ? b0 : b1;  // no partner: the block again, its sums not stored
+      row_x_two_slices<NV>(x, w + int64_t(b0) * K * NB + s, w + int64_t(c) * K * NB + s, NB, K, bias ? bias + NB * b0 + s : nullptr,
+                           bias ? bias + NB * c + s : nullptr, y + NB * b0 + s, b1 < 0 ? nullptr : y + NB * b1 + s);
+    }
+  });
   for_tiles<LMT, 1>(w, M, K, N, NB, NV * VW, [&](int nb, int s, int64_t m, int64_t n, int k0, int k1, float* part, bool first, bool last, Prefetch pf) {
     const W* wb = w + int64_t(nb) * K * NB + s; const float* bb = bias ? bias + NB * nb + s : nullptr;
     rows_x_slice_tail<LMT, NV>(n, x + m * xs, xs, wb, NB, k0, k1, part, first, last, bb, y + m * N + NB * nb + s, N, pf);
@@ -274,6 +307,26 @@ static inline void rows_x_block_bf16(const bf16* x, int64_t xs, const bf16* w, i
     }
 }
 
+// @section linear-bf16-one-row
+static inline void row_x_two_blocks_bf16(const bf16* x, const bf16* w0, const bf16* w1, int K, const bf16* b0, const bf16* b1,
+                                         bf16* y0, bf16* y1) {  // one row against two blocks of 64 outputs (`one-row`)
+  __m512 a[4], c[4];
+  for (int v = 0; v < 4; v++) a[v] = c[v] = _mm512_setzero_ps();
+  for (int k = 0; k < K; k += 2) {
+    uint32_t pair; std::memcpy(&pair, x + k, 4);
+    const __m512bh xk = (__m512bh)_mm512_set1_epi32(int(pair));
+    const bf16 *p = w0 + int64_t(k) * 64, *q = w1 + int64_t(k) * 64;
+    for (int v = 0; v < 4; v++) {
+      a[v] = _mm512_dpbf16_ps(a[v], xk, (__m512bh)_mm512_loadu_si512(p + 32 * v));
+      c[v] = _mm512_dpbf16_ps(c[v], xk, (__m512bh)_mm512_loadu_si512(q + 32 * v));
+    }
+  }
+  for (int v = 0; v < 4; v++) {
+    storev(b0 ? (vf)a[v] + loadv(b0 + 16 * v) : (vf)a[v], y0 + 16 * v);
+    if (y1) storev(b1 ? (vf)c[v] + loadv(b1 + 16 * v) : (vf)c[v], y1 + 16 * v);
+  }
+}
+
 // @section linear-bf16
 template <int MT>  // n <= MT rows: the instance for n
 static inline void rows_x_block_bf16_tail(int64_t n, const bf16* x, int64_t xs, const bf16* w, int k0, int k1, float* part, bool first,
@@ -284,6 +337,11 @@ static inline void rows_x_block_bf16_tail(int64_t n, const bf16* x, int64_t xs, 
   }
 }
 static void linear_few_rows_bf16(const bf16* x, int64_t xs, const bf16* w, const bf16* bias, bf16* y, int64_t M, int K, int N) {
+  if (M == 1) return for_block_pairs(N / 64, [&](int b0, int b1) {  // one row: two blocks a thread at once
+    const int c = b1 < 0 ? b0 : b1;
+    row_x_two_blocks_bf16(x, w + int64_t(b0) * K * 64, w + int64_t(c) * K * 64, K, bias ? bias + 64 * b0 : nullptr,
+                          bias ? bias + 64 * c : nullptr, y + 64 * b0, b1 < 0 ? nullptr : y + 64 * b1);
+  });
   for_tiles<6, 2>(w, M, K, N, 64, 64, [&](int nb, int, int64_t m, int64_t n, int k0, int k1, float* part, bool first, bool last, Prefetch pf) {
     rows_x_block_bf16_tail<6>(n, x + m * xs, xs, w + int64_t(nb) * K * 64, k0, k1, part, first, last, bias ? bias + 64 * nb : nullptr,
                               y + m * N + 64 * nb, N, pf);
