@@ -294,8 +294,35 @@ static inline float hsum8(__m256 v) {
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
+// @section q8-pairs
+// One row of x (one user's decode step): a thread that reads its rows of W one after the other is one stream front to
+// back, too few cache lines in flight for the memory (as 03's one-row kernel found), so it reads two rows at once, n
+// and n + half, a block of each in turn, each with its own sums in the order gguf_linear_q8 adds them: the same outputs.
+template <typename F, typename X>
+static void gguf_linear_q8_pairs(const XQ& x, const uint8_t* w, const float* bias, X* y, int K, int N) {
+  const int64_t row_bytes = int64_t(K / F::QK) * F::BYTES;
+  const int half = (N + 1) / 2;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < half; i++) {
+    const int n1 = i + half < N ? i + half : i;  // no partner: row i again, its sum not stored
+    __m256 a[1], a2[1], ao[1], b[1], b2[1], bo[1];
+    a[0] = a2[0] = ao[0] = b[0] = b2[0] = bo[0] = _mm256_setzero_ps();
+    const uint8_t *r0 = w + i * row_bytes, *r1 = w + n1 * row_bytes;
+    int k = 0;  // as gguf_linear_q8's loop: a block's sums alternate between the two accumulators
+    for (; k + 2 * F::QK <= K; k += 2 * F::QK, r0 += 2 * F::BYTES, r1 += 2 * F::BYTES) {
+      Q8Dot<F>::template block<1>(r0, x, k, a, a2, ao); Q8Dot<F>::template block<1>(r1, x, k, b, b2, bo);
+      Q8Dot<F>::template block<1>(r0 + F::BYTES, x, k + F::QK, a2, a, ao); Q8Dot<F>::template block<1>(r1 + F::BYTES, x, k + F::QK, b2, b, bo);
+    }
+    if (k < K) { Q8Dot<F>::template block<1>(r0, x, k, a, a2, ao); Q8Dot<F>::template block<1>(r1, x, k, b, b2, bo); }
+    store(hsum8(_mm256_sub_ps(_mm256_add_ps(a[0], a2[0]), ao[0])) + (bias ? bias[i] : 0.f), y + i);
+    if (n1 != i) store(hsum8(_mm256_sub_ps(_mm256_add_ps(b[0], b2[0]), bo[0])) + (bias ? bias[n1] : 0.f), y + n1);
+  }
+}
+
+// @section q8-rows
 template <typename F, int R, typename X>
 static void gguf_linear_q8(const XQ& x, const uint8_t* w, const float* bias, X* y, int64_t ys, int K, int N) {
+  if constexpr (R == 1) return gguf_linear_q8_pairs<F>(x, w, bias, y, K, N);  // one row: two streams a thread (`q8-pairs`)
   const int64_t row_bytes = int64_t(K / F::QK) * F::BYTES;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
