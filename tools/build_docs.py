@@ -527,6 +527,13 @@ def plan(nbs, docs, show_source=True, use_cache=True, flags=''):
         items.append((src, docs/site_dir/(stem + '.ipynb'), show_source, skip_flags, key))
     return items
 
+def _turns_on_interpreter(nb) -> bool:
+    """Does notebook `nb` turn on Triton's interpreter (`TRITON_INTERPRET`, on a machine without CUDA)? It must run first in
+    its process: Triton reads that setting when its modules are first set up, and a notebook run before it in the same
+    process may have done that without it (03_cpu_layer_ops, then 04_lora in the same process: 04's kernels failed in
+    the interpreter, "Cannot call @triton.jit'd outside of the scope of a kernel")."""
+    return 'TRITON_INTERPRET' in Path(nb).read_text()
+
 def _per_folder(fn, items, n_workers):
     """`fn` over `items` folder by folder (`nbs/`, then `kernels_nbs/`), as `nbdev-test nbs; nbdev-test kernels_nbs` ran
     them: a kernel notebook must be the first to import triton in its process (it turns the interpreter on before, on a
@@ -534,7 +541,8 @@ def _per_folder(fn, items, n_workers):
     leak into notebooks) that runs the longest notebook left, then the next, and after TASKS_PER_WORKER gives way to a
     fresh one: a worker that ran many keeps what their engines allocated (the model runner asks glibc to keep freed
     memory), and two such workers outgrew a 24 GB machine. The slots never wait for each other (fixed batches of
-    notebooks did: 30-50 s of a `make nbtest`). (A pool's max_tasks_per_child would do it, but hangs on Python 3.11.)
+    notebooks did: 30-50 s of a `make nbtest`). (A pool's max_tasks_per_child would do it, but hangs on Python 3.11.) A
+    notebook that turns Triton's interpreter on always starts a fresh process (`_turns_on_interpreter`).
     Results in the order of `items`; the first exception `fn` raised is raised once every slot has stopped."""
     import multiprocessing, threading
     from collections import deque
@@ -544,12 +552,14 @@ def _per_folder(fn, items, n_workers):
     res, errors, lock, ctx = [None] * len(items), [], threading.Lock(), multiprocessing.get_context('spawn')
     def next_index(todo):
         with lock: return todo.popleft() if todo and not errors else None
+    fresh = [_turns_on_interpreter(it[0]) for it in items]
     def slot(todo):
         try:
             i = next_index(todo)
             while i is not None:
                 with ProcessPoolExecutor(1, mp_context=ctx) as ex:  # a fresh process for the next few
-                    for _ in range(TASKS_PER_WORKER):
+                    for n in range(TASKS_PER_WORKER):
+                        if n and fresh[i]: break  # it must be the first in its process: the next one starts with it
                         res[i] = ex.submit(fn, items[i]).result()
                         if (i := next_index(todo)) is None: break
         except BaseException as e:
