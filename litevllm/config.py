@@ -189,9 +189,7 @@ def gguf_model_folder(gguf_path:Path) -> Path:
     "A cached folder with the config, generation config and tokenizer of a GGUF file (no weights: they stay in the file)."
     from transformers import AutoConfig, GenerationConfig
     p = Path(gguf_path).expanduser().resolve()
-    st = p.stat()
-    key = hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    out = cache_dir()/"gguf-configs"/f"{p.stem}-{key}"
+    out = cache_dir()/"gguf-configs"/f"{p.stem}-{_gguf_key(p)}"
     if (out/"config.json").exists(): return out
     with fast_gguf_reader(): config = AutoConfig.from_pretrained(str(p.parent), gguf_file=p.name)
     if config.model_type not in _GGUF_ARCHITECTURES:
@@ -206,9 +204,11 @@ def gguf_model_folder(gguf_path:Path) -> Path:
         shutil.copytree(tok, tmp, dirs_exist_ok=True)
         config.save_pretrained(tmp)
         GenerationConfig.from_model_config(config).save_pretrained(tmp)
+        (tmp/"source").write_text(str(p))
         try: tmp.rename(out)
         except OSError: pass  # another process made it first
     finally: shutil.rmtree(tmp, ignore_errors=True)
+    _prune_gguf_folders(out.parent)
     return out
 
 # %% ../nbs/00b_config.ipynb #2184de09
@@ -227,6 +227,22 @@ def _gguf_tokenizer_folder(p:Path, fields) -> Path:
     return out
 
 def _mkdir(d:Path) -> Path: d.mkdir(parents=True, exist_ok=True); return d
+
+# %% ../nbs/00b_config.ipynb #fc1af29b
+def _gguf_key(p:Path) -> str:
+    "A GGUF file's cache key: its path, size and time (a file rewritten in place gets a new folder)."
+    st = p.stat()
+    return hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+
+def _prune_gguf_folders(d:Path, min_age_s:float=600):
+    "Remove the folders in `d` whose GGUF file (their `source`) is gone or changed, if older than `min_age_s`."
+    import time
+    for f in d.glob("*/source"):
+        try:
+            if time.time() - f.stat().st_mtime < min_age_s: continue
+            src = Path(f.read_text())
+            if not src.is_file() or f.parent.name != f"{src.stem}-{_gguf_key(src)}": shutil.rmtree(f.parent, ignore_errors=True)
+        except OSError: pass  # another process removed it first
 
 # %% ../nbs/00b_config.ipynb #1bbf7001
 def default_model_path() -> Path:

@@ -1,7 +1,13 @@
-"Shared pytest set-up: Triton's interpreter on CPU-only machines, and the `gpu` marker."
-import os
+"Shared pytest set-up: one temporary folder, Triton's interpreter on CPU-only machines, and the `gpu` marker."
+import os, shutil, tempfile
 import pytest
 import torch
+
+# The session's temporary files (tmp_path's, and the folders that the tests, the notebooks' code and their engine-core,
+# server and llama.cpp processes make with tempfile) in one folder, removed at the end: left in /tmp run after run they
+# filled the disk.
+_SCRATCH = tempfile.mkdtemp(prefix="litevllm-tests-")
+os.environ["TMPDIR"] = tempfile.tempdir = _SCRATCH
 
 # Before anything imports triton: its own tl.* helpers are @triton.jit functions, built for the interpreter only if this is set.
 if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -9,6 +15,9 @@ if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
+
+
+def pytest_unconfigure(config): shutil.rmtree(_SCRATCH, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

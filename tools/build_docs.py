@@ -41,7 +41,7 @@ By default an exported cell's source is shown after its `show_doc`s, as nbdev sh
 about the code (cells of imports only stay hidden). `--no-source` gives nbdev's default (`show_doc` only).
 """
 from __future__ import annotations
-import argparse, ast, base64, hashlib, json, os, re, shutil, subprocess, sys, time
+import argparse, ast, base64, contextlib, hashlib, json, os, re, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -564,13 +564,27 @@ def _per_folder(fn, items, n_workers):
                         if (i := next_index(todo)) is None: break
         except BaseException as e:
             with lock: errors.append(e)
-    for idx in groups.values():
-        todo = deque(sorted(idx, key=lambda i: -expected.get(_shown(items[i][0]), UNKNOWN_SECONDS)))  # longest first
-        threads = [threading.Thread(target=slot, args=(todo,)) for _ in range(min(n_workers, len(idx)))]
-        for t in threads: t.start()
-        for t in threads: t.join()
-        if errors: raise errors[0]
+    with _scratch_tmpdir():
+        for idx in groups.values():
+            todo = deque(sorted(idx, key=lambda i: -expected.get(_shown(items[i][0]), UNKNOWN_SECONDS)))  # longest first
+            threads = [threading.Thread(target=slot, args=(todo,)) for _ in range(min(n_workers, len(idx)))]
+            for t in threads: t.start()
+            for t in threads: t.join()
+            if errors: raise errors[0]
     return res
+
+@contextlib.contextmanager
+def _scratch_tmpdir():
+    """The workers' temporary folder (`TMPDIR`): one fresh folder, removed afterwards with all that is left in it. The book
+    makes its random models, GGUF files and servers' logs with `tempfile.mkdtemp()` and leaves them for a reader to look
+    at; run after run as tests they filled the disk (~3 GB a `make test`; 41 GB in /tmp ended a CI run's install)."""
+    old, d = os.environ.get('TMPDIR'), tempfile.mkdtemp(prefix='litevllm-nb-')
+    os.environ['TMPDIR'] = d
+    try: yield d
+    finally:
+        if old is None: os.environ.pop('TMPDIR', None)
+        else: os.environ['TMPDIR'] = old
+        shutil.rmtree(d, ignore_errors=True)
 
 def _worker_env():
     # this checkout's litevllm in the workers (a venv may have another checkout installed, e.g. a git worktree's main)
@@ -782,7 +796,6 @@ def execute(paths=(), flags='', n_workers=2, timing=False, use_cache=True, show_
     into `.cache/docs/` under the key the docs build (as `tests/test_docs.py` runs it) will look up, so that build
     executes nothing. Exit status 1, after every notebook has run, when one failed; each failure names its notebook and
     cell, with the cell's source and traceback."""
-    import tempfile
     from nbdev.config import get_config
     from nbdev.doclinks import nbglob
     from nbdev.test import nb_test_cells

@@ -179,6 +179,9 @@ def _breakdown_report(timings:list[dict], batch:int, num_requests:int) -> dict:
 def run_lora_mix(ns, wl:Workload, kw:dict, base:dict, vllm_base:dict|None=None) -> list[dict]:
     "The workload again over `ns.lora_mix` random adapters: litevllm's row (its ratio to the base model's run), and vLLM's when it ran too."
     import tempfile
+    with tempfile.TemporaryDirectory(prefix="litevllm-lora-bench-") as tmp: return _run_lora_mix(ns, wl, kw, base, vllm_base, tmp)
+
+def _run_lora_mix(ns, wl, kw, base, vllm_base, tmp:str) -> list[dict]:
     from transformers import AutoConfig
     from litevllm.config import EngineArgs
     from litevllm.llm import LLM
@@ -186,7 +189,6 @@ def run_lora_mix(ns, wl:Workload, kw:dict, base:dict, vllm_base:dict|None=None) 
     from litevllm.lora.peft_helper import save_random_adapter
     n, r = ns.lora_mix, ns.lora_rank
     cfg = EngineArgs(model=ns.model, **kw).create_engine_config()
-    tmp = tempfile.mkdtemp(prefix="litevllm-lora-bench-")
     hf = AutoConfig.from_pretrained(cfg.model_path)
     lrs = [LoRARequest(f"bench-{i}", i + 1, str(save_random_adapter(f"{tmp}/{i}", hf, ns.lora_targets, r=r, lora_alpha=2 * r, seed=i)))
            for i in range(n)]
