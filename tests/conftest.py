@@ -1,5 +1,5 @@
 "Shared pytest set-up: one temporary folder, Triton's interpreter on CPU-only machines, and the `gpu` marker."
-import os, shutil, tempfile
+import multiprocessing.util, os, shutil, tempfile
 import pytest
 import torch
 
@@ -8,6 +8,8 @@ import torch
 # filled the disk.
 _SCRATCH = tempfile.mkdtemp(prefix="litevllm-tests-")
 os.environ["TMPDIR"] = tempfile.tempdir = _SCRATCH
+# removed at exit after multiprocessing's own folder in it (its finalizer runs at priority -100, this one next)
+multiprocessing.util.Finalize(None, shutil.rmtree, args=(_SCRATCH,), kwargs=dict(ignore_errors=True), exitpriority=-101)
 
 # Before anything imports triton: its own tl.* helpers are @triton.jit functions, built for the interpreter only if this is set.
 if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -15,9 +17,6 @@ if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
-
-
-def pytest_unconfigure(config): shutil.rmtree(_SCRATCH, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
