@@ -181,7 +181,8 @@ def run_lora_mix(ns, wl:Workload, kw:dict, base:dict, vllm_base:dict|None=None) 
     import tempfile
     with tempfile.TemporaryDirectory(prefix="litevllm-lora-bench-") as tmp: return _run_lora_mix(ns, wl, kw, base, vllm_base, tmp)
 
-def _run_lora_mix(ns, wl, kw, base, vllm_base, tmp:str) -> list[dict]:
+def _run_lora_mix(ns, wl:Workload, kw:dict, base:dict, vllm_base:dict|None, tmp:str) -> list[dict]:
+    "`run_lora_mix` with its adapters written under `tmp`."
     from transformers import AutoConfig
     from litevllm.config import EngineArgs
     from litevllm.llm import LLM
