@@ -88,10 +88,12 @@ pytest:
 
 # The CPU kernels' notebooks (the Triton ones do not depend on the CPU) and the greedy-parity tests again as on an AVX2-only CPU (LITEVLLM_CPU_ISA=avx2: kernels built
 # for x86-64-v3, torch/oneDNN/MKL told the same, no bf16 packing), so an AVX-512 machine cannot break the AVX2 build
-# unseen. Skipped, saying why, where the CPU cannot narrow to AVX2 (not x86, or no AVX2).
+# unseen. Skipped, saying why, where the CPU cannot narrow to AVX2 (not x86, or no AVX2). The notebooks' temporary folders (their
+# random models) go in one of their own, removed afterwards (pytest's conftest does the same for its own).
 test-avx2:
 	@if $(PY) -c "from litevllm.config import cpu_info, CPU_ISA_CLASSES as c; import sys; i = cpu_info(); sys.exit(not (i.x86 and i.isa in c and c.index(i.isa) >= c.index('avx2')))"; then \
-	  LITEVLLM_CPU_ISA=avx2 OMP_NUM_THREADS=1 $(BIN)/nbdev-test kernels_nbs --file-glob "*cpu*.ipynb" --n-workers 2 --flags "$(NBFLAGS)" && \
+	  tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  LITEVLLM_CPU_ISA=avx2 OMP_NUM_THREADS=1 TMPDIR=$$tmp $(BIN)/nbdev-test kernels_nbs --file-glob "*cpu*.ipynb" --n-workers 2 --flags "$(NBFLAGS)" && \
 	  LITEVLLM_CPU_ISA=avx2 $(BIN)/pytest tests/test_generate.py -ra -q -k "default or random_models or auto_dtype or bfloat16"; \
 	else echo "test-avx2: skipped: this CPU cannot behave as an AVX2 one (not x86-64 with AVX2)"; fi
 

@@ -67,7 +67,7 @@ class InprocClient(EngineCoreClient):
     def __setattr__(self, name, value): setattr(self.engine_core, name, value)
 
 # %% ../nbs/24_engine_core_process.ipynb #ead03b43
-import asyncio, collections, tempfile, threading, time, uuid, weakref
+import asyncio, collections, contextlib, tempfile, threading, time, uuid, weakref
 import zmq
 from .sampler import LogprobsTensors
 from .executor import EngineDeadError, get_mp_context, start_process
@@ -85,8 +85,8 @@ class MPClient(EngineCoreClient):
         pc = vllm_config.parallel_config
         self.vllm_config, self.num_engines, self.isolate_failures = vllm_config, pc.data_parallel_size, isolate_failures
         self.ctx = zmq.Context()
-        self._managers, self._sockets = [], []  # filled as they are made: the finalizer stops the engines, then closes the sockets
-        self._finalizer = weakref.finalize(self, _shutdown_client, self._managers, self.ctx, self._sockets)
+        self._managers, self._sockets, self._ipc_files = [], [], []  # filled as they are made: the finalizer stops the engines,
+        self._finalizer = weakref.finalize(self, _shutdown_client, self._managers, self.ctx, self._sockets, self._ipc_files)  # then closes the sockets
         self.dead_error: EngineDeadError|None = None
         self.pending: collections.deque = collections.deque()  # outputs read while waiting for a utility answer
         self.utility_results, self.call_ids = {}, iter(range(1, 1 << 62))  # utility answers by call id; the next ids
@@ -122,6 +122,7 @@ class MPClient(EngineCoreClient):
 def _bind(self:MPClient, backend:str, given:dict|None=None) -> tuple[str, str]:
     if given:  # an API server of several: the launcher chose the addresses its engine cores connect to
         self.input_socket.bind(given["input_address"]); self.output_socket.bind(given["output_address"])
+        self._ipc_files += [a.removeprefix("ipc://") for a in (given["input_address"], given["output_address"]) if a.startswith("ipc://")]
         return given["input_address"], given["output_address"]
     if backend == "ray":  # engines on other nodes connect over TCP to this node's address (the one Ray knows it by)
         host = _init_ray().util.get_node_ip_address()
@@ -129,15 +130,18 @@ def _bind(self:MPClient, backend:str, given:dict|None=None) -> tuple[str, str]:
         return f"tcp://{host}:{in_port}", f"tcp://{host}:{out_port}"
     base = f"ipc://{tempfile.gettempdir()}/litevllm-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     self.input_socket.bind(base + "-in"); self.output_socket.bind(base + "-out")
+    self._ipc_files += [base.removeprefix("ipc://") + "-in", base.removeprefix("ipc://") + "-out"]  # zmq leaves a bound path's file
     return base + "-in", base + "-out"
 
 # %% ../nbs/24_engine_core_process.ipynb #654023f1
-def _shutdown_client(managers:list, ctx, sockets:list):
-    "Stop every engine-core process, then close the sockets (also run at garbage collection and exit)."
+def _shutdown_client(managers:list, ctx, sockets:list, ipc_files:list=()):
+    "Stop every engine-core process, then close the sockets and remove their ipc files (also run at garbage collection and exit)."
     try:
         for m in managers: m.shutdown()
     finally:
         for s in sockets: s.close(linger=0)
+        for f in ipc_files:
+            with contextlib.suppress(OSError): os.unlink(f)
         t = threading.Thread(target=ctx.term, daemon=True)  # term waits for every socket of the context: never let it hang a shutdown
         t.start(); t.join(2)
 
