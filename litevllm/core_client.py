@@ -85,8 +85,9 @@ class MPClient(EngineCoreClient):
         pc = vllm_config.parallel_config
         self.vllm_config, self.num_engines, self.isolate_failures = vllm_config, pc.data_parallel_size, isolate_failures
         self.ctx = zmq.Context()
-        self._managers, self._sockets, self._ipc_files = [], [], []  # filled as they are made: the finalizer stops the engines,
-        self._finalizer = weakref.finalize(self, _shutdown_client, self._managers, self.ctx, self._sockets, self._ipc_files)  # then closes the sockets
+        # filled as they are made: the finalizer stops the engines, then closes the sockets and removes their IPC files
+        self._managers, self._sockets, self._ipc_files = [], [], []
+        self._finalizer = weakref.finalize(self, _shutdown_client, self._managers, self.ctx, self._sockets, self._ipc_files)
         self.dead_error: EngineDeadError|None = None
         self.pending: collections.deque = collections.deque()  # outputs read while waiting for a utility answer
         self.utility_results, self.call_ids = {}, iter(range(1, 1 << 62))  # utility answers by call id; the next ids
@@ -120,18 +121,15 @@ class MPClient(EngineCoreClient):
 # %% ../nbs/24_engine_core_process.ipynb #5b21e186
 @patch
 def _bind(self:MPClient, backend:str, given:dict|None=None) -> tuple[str, str]:
-    if given:  # an API server of several: the launcher chose the addresses its engine cores connect to
-        self.input_socket.bind(given["input_address"]); self.output_socket.bind(given["output_address"])
-        self._ipc_files += [a.removeprefix("ipc://") for a in (given["input_address"], given["output_address"]) if a.startswith("ipc://")]
-        return given["input_address"], given["output_address"]
-    if backend == "ray":  # engines on other nodes connect over TCP to this node's address (the one Ray knows it by)
+    if not given and backend == "ray":  # engines on other nodes connect over TCP to this node's address (the one Ray knows it by)
         host = _init_ray().util.get_node_ip_address()
         in_port, out_port = (s.bind_to_random_port("tcp://*") for s in (self.input_socket, self.output_socket))
         return f"tcp://{host}:{in_port}", f"tcp://{host}:{out_port}"
-    base = f"ipc://{tempfile.gettempdir()}/litevllm-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    self.input_socket.bind(base + "-in"); self.output_socket.bind(base + "-out")
-    self._ipc_files += [base.removeprefix("ipc://") + "-in", base.removeprefix("ipc://") + "-out"]  # zmq leaves a bound path's file
-    return base + "-in", base + "-out"
+    base = f"ipc://{tempfile.gettempdir()}/litevllm-{os.getpid()}-{uuid.uuid4().hex[:12]}"  # local paths unique to this process,
+    addrs = (given["input_address"], given["output_address"]) if given else (base + "-in", base + "-out")  # or the launcher's
+    self.input_socket.bind(addrs[0]); self.output_socket.bind(addrs[1])
+    self._ipc_files += [a.removeprefix("ipc://") for a in addrs if a.startswith("ipc://")]  # zmq leaves a bound path's file
+    return addrs
 
 # %% ../nbs/24_engine_core_process.ipynb #654023f1
 def _shutdown_client(managers:list, ctx, sockets:list, ipc_files:list=()):

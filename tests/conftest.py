@@ -3,9 +3,9 @@ import multiprocessing.util, os, shutil, tempfile
 import pytest
 import torch
 
-# The session's temporary files (tmp_path's, and the folders that the tests, the notebooks' code and their engine-core,
-# server and llama.cpp processes make with tempfile) in one folder, removed at the end: left in /tmp run after run they
-# filled the disk.
+# The session's temporary files (tmp_path's, and the folders that the tests, the notebooks' code and their engine-core
+# and server processes make with tempfile) in one folder, removed at the end: left in /tmp run after run they filled
+# the disk.
 _SCRATCH = tempfile.mkdtemp(prefix="litevllm-tests-")
 os.environ["TMPDIR"] = tempfile.tempdir = _SCRATCH
 # removed at exit after multiprocessing's own folder in it (its finalizer runs at priority -100, this one next)
